@@ -1,0 +1,152 @@
+"""Run the coordinator: load membership (from Redis when given), serve gRPC, expire silent nodes, stop cleanly.
+
+The server is grpc.aio on an event loop of its own thread, so `start_coordinator` and `stop` are plain blocking
+calls like the frontier node's, and an embedding process (tests, the all-in-one launcher) keeps its main thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import signal
+import threading
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import grpc
+import redis
+
+from coordinator.membership import Membership, MembershipBackend, MemoryBackend, RedisBackend
+from coordinator.service import CoordinatorService
+from hostring.clock import Clock, WallClock
+from hostring.v1 import coordinator_pb2_grpc as pb_grpc
+
+log = logging.getLogger("hostring.coordinator")
+
+T = TypeVar("T")
+
+SERVER_OPTIONS: list[tuple[str, Any]] = [
+    ("grpc.so_reuseport", 0),
+    # Clients ping idle WatchRing streams to notice a vanished coordinator; allow it instead of answering GOAWAY.
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+    ("grpc.http2.max_ping_strikes", 0),
+]
+
+
+@dataclass
+class RunningCoordinator:
+    """A started coordinator: its gRPC server (grpc.aio, on `loop`), the port it bound, and how to stop it."""
+
+    server: grpc.aio.Server
+    port: int
+    service: CoordinatorService
+    loop: asyncio.AbstractEventLoop
+    _thread: threading.Thread
+    _expiry: asyncio.Task[None]
+    _redis: redis.Redis | None = None
+    _stopped: bool = field(default=False, init=False)
+
+    def stop(self, grace: float = 2.0) -> None:
+        """End WatchRing streams, let running calls finish within `grace`, then stop the loop. Idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
+        try:
+            _run(self.loop, self._shutdown(grace), timeout=grace + 5.0)
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(timeout=5.0)
+            if not self._thread.is_alive():
+                self.loop.close()
+            if self._redis is not None:
+                self._redis.close()
+
+    async def _shutdown(self, grace: float) -> None:
+        self._expiry.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._expiry
+        await self.service.close()
+        await self.server.stop(grace)
+
+
+def start_coordinator(listen: str, redis_url: str | None = None, heartbeat_timeout_s: float = 10.0, *,
+                      namespace: str = "hostring:coordinator", clock: Clock | None = None) -> RunningCoordinator:
+    """Serve the Coordinator service on `listen` (HOST:PORT, port 0 picks); membership in Redis if `redis_url`.
+
+    Members loaded from Redis get one heartbeat timeout to be heard from again before they expire.
+    """
+    if heartbeat_timeout_s <= 0:
+        raise ValueError("heartbeat_timeout_s must be > 0")
+    client: redis.Redis | None = None
+    backend: MembershipBackend = MemoryBackend()
+    if redis_url:
+        client = redis.Redis.from_url(redis_url, socket_timeout=2.0, socket_connect_timeout=2.0)
+        backend = RedisBackend(client, namespace)
+    try:
+        membership = Membership(clock or WallClock(), heartbeat_timeout_s=heartbeat_timeout_s, backend=backend,
+                                stall_after_s=heartbeat_timeout_s / 2)
+    except Exception:
+        if client is not None:
+            client.close()
+        raise
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=_run_loop, args=(loop,), name="coordinator", daemon=True)
+    thread.start()
+    try:
+        server, port, service, expiry = _run(loop, _serve(listen, membership, heartbeat_timeout_s), timeout=10.0)
+    except BaseException:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=5.0)
+        loop.close()
+        if client is not None:
+            client.close()
+        raise
+    log.info("coordinator serving on port %d at epoch %d with %d members (%s)", port, membership.epoch,
+             len(membership.ring()), "redis" if redis_url else "in memory")
+    return RunningCoordinator(server, port, service, loop, thread, expiry, client)
+
+
+async def _serve(listen: str, membership: Membership,
+                 timeout_s: float) -> tuple[grpc.aio.Server, int, CoordinatorService, asyncio.Task[None]]:
+    """Bind and start the server, and the expiry task, on the running loop."""
+    service = CoordinatorService(membership)
+    server = grpc.aio.server(options=SERVER_OPTIONS)
+    pb_grpc.add_CoordinatorServicer_to_server(service, server)
+    try:
+        port = server.add_insecure_port(listen)
+    except RuntimeError as e:
+        raise OSError(f"could not listen on {listen!r}: {e}") from e
+    if port == 0:
+        raise OSError(f"could not listen on {listen!r}")
+    await server.start()
+    expiry = asyncio.get_running_loop().create_task(service.run_expiry(min(1.0, timeout_s / 5)), name="expiry")
+    return server, port, service, expiry
+
+
+def _run_loop(loop: asyncio.AbstractEventLoop) -> None:
+    asyncio.set_event_loop(loop)
+    loop.run_forever()
+
+
+def _run(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T], timeout: float) -> T:
+    """Run a coroutine on the coordinator's loop from another thread and wait for its result."""
+    fut = asyncio.run_coroutine_threadsafe(coro, loop)
+    try:
+        return fut.result(timeout)
+    except concurrent.futures.TimeoutError:
+        fut.cancel()
+        raise
+
+
+def serve_forever(coordinator: RunningCoordinator) -> None:
+    """Block until SIGTERM or SIGINT, then stop gracefully."""
+    done = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: done.set())
+    done.wait()
+    log.info("stopping coordinator")
+    coordinator.stop()

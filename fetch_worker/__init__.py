@@ -1,0 +1,1 @@
+"""The stateless fetch worker: SSRF-safe fetching, link extraction and WARC output for leased URLs."""

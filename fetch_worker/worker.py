@@ -1,0 +1,294 @@
+"""The stateless fetch worker: lease from every node, fetch safely, archive, complete, and route links.
+
+Links found on a page travel inside Complete, so the owning node admits them in the same transaction as the
+completion; links another node owns come back in `forward` and go to their owner with Discover.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import grpc
+from hostring.fingerprint import body_digest, simhash64
+
+from fetch_worker.fetch import Fetcher, FetchResult, media_type
+from fetch_worker.links import extract_links
+from fetch_worker.warc import WarcWriter
+from hostring.urls import UrlRejected, identify
+from hostring.v1 import frontier_pb2 as pb
+from hostring.v1 import frontier_pb2_grpc as pb_grpc
+
+log = logging.getLogger("hostring.worker")
+
+ROBOTS_MAX_BYTES = 500 * 1024
+_SIMHASH_TEXT = 64 * 1024
+_DISCOVER_BATCH = 256
+
+
+class Router(Protocol):
+    """Which nodes exist and which one owns a registrable domain."""
+
+    def nodes(self) -> Sequence[str]: ...
+
+    def owner(self, domain: str) -> str: ...
+
+    async def refresh(self) -> None: ...
+
+
+class StaticRouter:
+    """One node owns everything: the embedded `hostring crawl` setup."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+
+    def nodes(self) -> Sequence[str]:
+        return [self.address]
+
+    def owner(self, domain: str) -> str:
+        return self.address
+
+    async def refresh(self) -> None:
+        return None
+
+
+@dataclass
+class WorkerStats:
+    """What this worker did, for progress displays and metrics."""
+
+    fetched: int = 0
+    errors: collections.Counter[str] = field(default_factory=collections.Counter)
+    bytes: int = 0
+    in_flight: int = 0
+    links_sent: int = 0
+    stale: int = 0
+
+
+class Worker:
+    """Leases items, fetches them with `Fetcher`, writes WARC records and reports outcomes."""
+
+    def __init__(self, router: Router, fetcher: Fetcher, *, warc: WarcWriter | None = None,
+                 worker_id: str = "", max_in_flight: int = 64, lease_batch: int = 32,
+                 product_token: str = "hostring", channel_options: Sequence[tuple[str, object]] = ()) -> None:
+        self.router = router
+        self.fetcher = fetcher
+        self.warc = warc
+        self.worker_id = worker_id or f"worker-{uuid.uuid4().hex[:8]}"
+        self.max_in_flight = max_in_flight
+        self.lease_batch = lease_batch
+        self.product_token = product_token
+        self.stats = WorkerStats()
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._stubs: dict[str, pb_grpc.FrontierStub] = {}
+        self._channel_options = list(channel_options)
+        self._written: OrderedDict[str, tuple[str, str]] = OrderedDict()
+        self.drained_nodes: set[str] = set()
+
+    def stub(self, address: str) -> pb_grpc.FrontierStub:
+        stub = self._stubs.get(address)
+        if stub is None:
+            channel = grpc.aio.insecure_channel(address, options=self._channel_options)
+            self._channels[address] = channel
+            stub = self._stubs[address] = pb_grpc.FrontierStub(channel)
+        return stub
+
+    async def close(self) -> None:
+        for channel in self._channels.values():
+            await channel.close()
+        await self.fetcher.aclose()
+        if self.warc is not None:
+            self.warc.close()
+
+    # ------------------------------------------------------------------ the loop
+
+    async def run(self, stop: asyncio.Event, *, until_drained: bool = False, grace_s: float = 10.0) -> None:
+        """Lease and fetch until `stop` is set (or, with until_drained, until every node says it is drained)."""
+        tasks: set[asyncio.Task[None]] = set()
+        try:
+            while not stop.is_set():
+                if len(tasks) >= self.max_in_flight:
+                    await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+                    continue
+                got = 0
+                for address in self.router.nodes():
+                    free = self.max_in_flight - len(tasks)
+                    if free <= 0:
+                        break
+                    items = await self._lease(address, min(free, self.lease_batch), wait=not tasks)
+                    for item in items:
+                        task = asyncio.create_task(self._process(address, item))
+                        tasks.add(task)
+                        task.add_done_callback(tasks.discard)
+                    got += len(items)
+                if until_drained and not tasks and got == 0 and self.drained_nodes >= set(self.router.nodes()):
+                    return
+                if got == 0 and tasks:
+                    done, _ = await asyncio.wait(tasks, timeout=0.05, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            await self._settle(tasks, grace_s)
+
+    async def _settle(self, tasks: set[asyncio.Task[None]], grace_s: float) -> None:
+        """On shutdown: let in-flight fetches finish within the grace period; hand the rest back."""
+        if not tasks:
+            return
+        _, pending = await asyncio.wait(tasks, timeout=grace_s)
+        for task in pending:
+            task.cancel()
+        with contextlib.suppress(Exception):
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    async def _lease(self, address: str, n: int, *, wait: bool) -> list[pb.LeaseItem]:
+        try:
+            resp = await self.stub(address).Lease(
+                pb.LeaseRequest(worker_id=self.worker_id, max_items=n, wait_ms=500 if wait else 0), timeout=10
+            )
+        except grpc.aio.AioRpcError as e:
+            log.warning("lease from %s failed: %s", address, e.code().name)
+            await asyncio.sleep(0.5)
+            return []
+        if resp.drained:
+            self.drained_nodes.add(address)
+        else:
+            self.drained_nodes.discard(address)
+        return list(resp.items)
+
+    # ------------------------------------------------------------------ one item
+
+    async def _process(self, address: str, item: pb.LeaseItem) -> None:
+        self.stats.in_flight += 1
+        renewer = asyncio.create_task(self._keep_renewed(address, item))
+        outcome = pb.Outcome(retry_after_s=-1)
+        links: list[pb.Link] = []
+        try:
+            if item.kind == pb.ROBOTS:
+                result = await self.fetcher.fetch_robots(item.url)
+                outcome = self._outcome(result)
+                outcome.robots_body = result.body[:ROBOTS_MAX_BYTES]
+            else:
+                result = await self.fetcher.fetch(item.url, etag=item.etag, last_modified=item.last_modified)
+                outcome = self._outcome(result)
+                links = self._links(item, result, outcome)
+            if self.warc is not None and result.status:
+                outcome.evidence = self._archive(result, outcome.body_digest)
+            self.stats.bytes += result.decoded_bytes
+            if result.error_class:
+                self.stats.errors[result.error_class] += 1
+            else:
+                self.stats.fetched += 1
+        except asyncio.CancelledError:
+            outcome = pb.Outcome(error_class="worker_shutdown", retry_after_s=-1)
+            renewer.cancel()
+            with contextlib.suppress(grpc.aio.AioRpcError, asyncio.CancelledError):
+                await asyncio.shield(self._complete(address, item, outcome, []))
+            raise
+        finally:
+            renewer.cancel()
+            self.stats.in_flight -= 1
+        await self._complete(address, item, outcome, links)
+
+    def _outcome(self, r: FetchResult) -> pb.Outcome:
+        return pb.Outcome(
+            status=r.status, error_class=r.error_class, error_detail=r.error_detail[:500],
+            retry_after_s=r.retry_after_s, location=r.location, content_type=r.content_type,
+            bytes=r.decoded_bytes, response_s=r.total_s, remote_ip=r.remote_ip, etag=r.etag,
+            last_modified=r.last_modified,
+        )
+
+    def _links(self, item: pb.LeaseItem, r: FetchResult, outcome: pb.Outcome) -> list[pb.Link]:
+        """Digest and simhash the body, and turn its links (or a redirect's Location) into Link messages."""
+        if 300 <= r.status < 400 and r.location:
+            return [pb.Link(observed=r.location, base_url=item.url, source_key=item.fetch_key, depth=item.depth,
+                            redirect_hops=item.redirect_hops + 1)]
+        if not r.body or r.error_class:
+            return []
+        outcome.body_digest = body_digest(r.body)
+        outcome.simhash = simhash64(r.body[:_SIMHASH_TEXT].decode("utf-8", "replace"))
+        if r.status >= 300 or media_type(r.content_type) not in self.fetcher.limits.parse_types:
+            return []
+        extracted = extract_links(r.body, item.url, x_robots_tag=", ".join(r.header_values("x-robots-tag")),
+                                  product_token=self.product_token, content_type=r.content_type)
+        outcome.nofollow, outcome.noindex = extracted.nofollow, extracted.noindex
+        depth = item.depth + 1
+        return [pb.Link(observed=href, base_url=extracted.base_url, source_key=item.fetch_key, depth=depth)
+                for href in extracted.links]
+
+    def _archive(self, r: FetchResult, digest: str) -> str:
+        """Write the fetch to WARC (a revisit record when this worker already stored the same body)."""
+        assert self.warc is not None
+        earlier = self._written.get(digest) if digest else None
+        if earlier is not None:
+            return self.warc.write_revisit(r, refers_to=earlier[0], refers_to_uri=earlier[1], digest=digest)
+        record_id = self.warc.write_fetch(r)
+        if digest:
+            self._written[digest] = (record_id, r.url)
+            if len(self._written) > 100_000:
+                self._written.popitem(last=False)
+        return record_id
+
+    async def _complete(self, address: str, item: pb.LeaseItem, outcome: pb.Outcome, links: list[pb.Link]) -> None:
+        request = pb.CompleteRequest(lease_id=item.lease_id, generation=item.generation, outcome=outcome,
+                                     worker_id=self.worker_id, links=links)
+        for attempt in range(5):
+            try:
+                resp = await self.stub(address).Complete(request, timeout=30)
+                break
+            except grpc.aio.AioRpcError as e:
+                log.warning("complete on %s failed (%s), retrying", address, e.code().name)
+                await asyncio.sleep(0.2 * 2**attempt)
+        else:
+            log.error("could not complete %s; its lease will expire and it will be handed out again", item.url)
+            return
+        if not resp.accepted:
+            self.stats.stale += 1
+        self.stats.links_sent += len(links)
+        if resp.forward:
+            await self.route(resp.forward)
+
+    async def route(self, links: Sequence[pb.Link]) -> None:
+        """Send links to the nodes that own their domains, refreshing the ring and re-sending on wrong-owner."""
+        pending = list(links)
+        for _ in range(5):
+            by_owner: dict[str, list[pb.Link]] = {}
+            for link in pending:
+                try:
+                    domain = identify(link.observed, link.base_url).domain
+                except UrlRejected:
+                    domain = ""
+                by_owner.setdefault(self.router.owner(domain), []).append(link)
+            pending = []
+            for address, batch in by_owner.items():
+                for i in range(0, len(batch), _DISCOVER_BATCH):
+                    chunk = batch[i:i + _DISCOVER_BATCH]
+                    resp = await self.stub(address).Discover(pb.DiscoverRequest(links=chunk, worker_id=self.worker_id),
+                                                             timeout=30)
+                    pending += [link for link, v in zip(chunk, resp.verdicts, strict=True)
+                                if v.verdict == pb.WRONG_OWNER]
+            if not pending:
+                return
+            await self.router.refresh()
+        log.error("%d links found no owner after 5 ring refreshes", len(pending))
+
+    async def _keep_renewed(self, address: str, item: pb.LeaseItem) -> None:
+        """Renew the lease at half its remaining time, for as long again as first granted, while the fetch goes on."""
+        deadline = item.deadline_ms / 1000.0
+        span_ms = int(max(1.0, deadline - time.time()) * 1000)
+        while True:
+            await asyncio.sleep(max(0.5, (deadline - time.time()) / 2))
+            try:
+                resp = await self.stub(address).Renew(
+                    pb.RenewRequest(lease_id=item.lease_id, generation=item.generation, extend_ms=span_ms),
+                    timeout=10,
+                )
+            except grpc.aio.AioRpcError:
+                continue
+            if not resp.ok:
+                return
+            deadline = resp.deadline_ms / 1000.0

@@ -1,0 +1,1 @@
+"""The sans-I/O core of a frontier node: plain objects, an injected clock, no sockets and no database."""

@@ -1,0 +1,95 @@
+"""Trap and budget rules: what stops a crawl from wandering forever, and the record of each breach."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+
+from frontier_node.core.config import BudgetConfig
+
+_DIGITS = re.compile(r"\d+")
+
+
+@dataclass(slots=True)
+class Breach:
+    """One rule breached under one pattern: the first example and how many were suppressed."""
+
+    rule: str
+    pattern: str
+    first_example: str
+    count: int = 1
+
+    def to_dict(self) -> dict[str, object]:
+        return {"rule": self.rule, "pattern": self.pattern, "first_example": self.first_example, "count": self.count}
+
+
+def _split(url: str) -> tuple[str, str]:
+    """(path, query) of an absolute URL, cheaply."""
+    start = url.find("/", url.find("//") + 2)
+    if start < 0:
+        return "/", ""
+    rest = url[start:]
+    path, _, query = rest.partition("?")
+    return path, query
+
+
+def _repeated_segments(path: str) -> int:
+    """The largest number of times one non-empty path segment occurs."""
+    segments = [s for s in path.split("/") if s]
+    if len(segments) < 2:
+        return len(segments)
+    return max(Counter(segments).values())
+
+
+class Budgets:
+    """Counts admitted pages per host, domain and path, and says which rule (if any) a new URL breaches."""
+
+    def __init__(self, config: BudgetConfig) -> None:
+        self.config = config
+        self.total = 0
+        self.per_host: Counter[str] = Counter()
+        self.per_domain: Counter[str] = Counter()
+        self.variants: Counter[str] = Counter()
+        self.breaches: dict[tuple[str, str], Breach] = {}
+
+    def check(self, url: str, host: str, domain: str, depth: int) -> str | None:
+        """The rule this URL breaches, recorded as a breach, or None when it may be admitted."""
+        c = self.config
+        rule, pattern = "", ""
+        if len(url) > c.max_url_length:
+            rule, pattern = "url_length", host
+        elif c.max_depth is not None and depth > c.max_depth:
+            rule, pattern = "depth", host
+        elif c.max_pages_total is not None and self.total >= c.max_pages_total:
+            rule, pattern = "pages_total", "*"
+        elif c.max_pages_per_host is not None and self.per_host[host] >= c.max_pages_per_host:
+            rule, pattern = "pages_per_host", host
+        elif c.max_pages_per_domain is not None and self.per_domain[domain] >= c.max_pages_per_domain:
+            rule, pattern = "pages_per_domain", domain
+        else:
+            path, query = _split(url)
+            if c.max_repeated_segments is not None and _repeated_segments(path) > c.max_repeated_segments:
+                rule, pattern = "repeated_segments", host + _DIGITS.sub("N", path)
+            elif query and c.max_query_variants is not None and self.variants[host + path] >= c.max_query_variants:
+                rule, pattern = "query_variants", host + path + "?*"
+        if not rule:
+            return None
+        breach = self.breaches.get((rule, pattern))
+        if breach is None:
+            self.breaches[(rule, pattern)] = Breach(rule, pattern, url)
+        else:
+            breach.count += 1
+        return rule
+
+    def charge(self, url: str, host: str, domain: str) -> None:
+        """Count an admitted page against its budgets."""
+        self.total += 1
+        self.per_host[host] += 1
+        self.per_domain[domain] += 1
+        if "?" in url:
+            path, _ = _split(url)
+            self.variants[host + path] += 1
+
+    def report(self) -> list[dict[str, object]]:
+        return [b.to_dict() for b in sorted(self.breaches.values(), key=lambda b: (-b.count, b.rule, b.pattern))]

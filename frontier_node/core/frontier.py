@@ -1,0 +1,636 @@
+"""The frontier core: which URL matters most and which may be fetched now, as a plain object.
+
+Sans-I/O: time comes from an injected clock, durability from an injected Store whose writes the shell
+flushes before it answers. Back queues are per host (`hosts.Host`); the front layer is one heap of hosts
+keyed by the time each may next be leased, with each host in it at most once.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import random
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from frontier_node.core.budgets import Budgets
+from frontier_node.core.config import FrontierConfig
+from frontier_node.core.dedup import BodyIndex, SeenSet, key_hash
+from frontier_node.core.hosts import Host
+from frontier_node.core.journal import pack_admit
+from frontier_node.core.ports import Store
+from frontier_node.core.records import Entry, Item, Kind, LinkLike, LinkVerdict, OutcomeLike, Verdict
+from frontier_node.core.retry import OVERLOAD_STATUSES, Action, backoff_s, classify
+from frontier_node.core.robots import RobotsPolicy, RobotsRecord, RobotsVerdict
+from frontier_node.core.states import Event, State, next_state
+from hostring.clock import Clock
+from hostring.urls import UrlRejected, identify, robots_url
+
+ROBOTS_PREFIX = "robots:"
+
+
+class LeaseError(LookupError):
+    """A Renew for a lease that is not current: unknown, stale generation or already settled."""
+
+    def __init__(self, key: str, generation: int, reason: str) -> None:
+        super().__init__(f"lease {key!r} generation {generation}: {reason}")
+        self.key = key
+        self.generation = generation
+        self.reason = reason
+
+
+@dataclass(slots=True)
+class Completion:
+    """The answer to a Complete: whether it counted, the item's state after it, and what became of its links."""
+
+    accepted: bool
+    state: str
+    follow_links: bool
+    reason: str
+    admitted: int = 0
+    forward: list[LinkLike] = field(default_factory=list)
+
+
+class Frontier:
+    """Admission, scheduling, leases and completions of the domains one node owns."""
+
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        config: FrontierConfig | None = None,
+        *,
+        run_id: str = "",
+        owns: Callable[[str], bool] | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.config = config or FrontierConfig()
+        self.owns = owns or (lambda domain: True)
+        self.rng = rng or random.Random()
+        self.robots_policy = RobotsPolicy(self.config.user_agent, max_crawl_delay_s=self.config.politeness.crawl_delay_cap_s)
+        self.hosts: dict[str, Host] = {}
+        self.ready: list[tuple[float, int, str]] = []
+        self.leased: dict[str, Item] = {}
+        self.deadlines: list[tuple[float, str, int]] = []
+        self.waiting: dict[str, Item] = {}
+        self.retries: list[tuple[float, str, int]] = []
+        self.ip_next: dict[str, float] = {}
+        self.ip_in_flight: Counter[str] = Counter()
+        self.ip_waiters: dict[str, set[str]] = {}
+        self.seen = SeenSet()
+        self.bodies = BodyIndex(self.config.near_duplicate_distance)
+        self.budgets = Budgets(self.config.budgets)
+        self.state_counts: Counter[str] = Counter()
+        self.verdicts: Counter[tuple[str, str]] = Counter()
+        self.events: Counter[str] = Counter()
+        self.abandoned: dict[str, str] = {}
+        self.scope_hosts: set[str] = set()
+        self.scope_domains: set[str] = set()
+        self.journal_seq = 0
+        self.item_seq = 0
+        self.run_id = run_id
+        self._recover()
+
+    # ================================================================== admission
+
+    def discover(self, links: Iterable[LinkLike]) -> list[LinkVerdict]:
+        """Admit, dedup, scope-check and budget-check a batch of links; one verdict each, in order."""
+        out: list[LinkVerdict] = []
+        append = out.append
+        seen = self.seen
+        max_len = self.config.budgets.max_url_length
+        for link in links:
+            try:
+                ident = identify(link.observed, link.base_url, max_length=max_len)
+            except UrlRejected as e:
+                self.verdicts[("rejected", e.reason.value)] += 1
+                append(LinkVerdict(Verdict.REJECTED, e.reason.value))
+                continue
+            key, domain = ident.fetch_key, ident.domain
+            if not self.owns(domain):
+                self.verdicts[("wrong_owner", "")] += 1
+                append(LinkVerdict(Verdict.WRONG_OWNER, "wrong_owner", key, domain))
+                continue
+            h = key_hash(key)
+            if h in seen:
+                self.verdicts[("duplicate", "")] += 1
+                append(LinkVerdict(Verdict.DUPLICATE, "", key, domain))
+                continue
+            if link.seed and self.config.scope in ("host", "domain"):
+                self._widen_scope(ident.host, domain)
+            reason = self._refusal(ident.host, ident.origin, domain, link.redirect_hops)
+            if reason:
+                seen.add(h)
+                self._reject(key, ident.url, ident.host, ident.origin, domain, link, reason)
+                self.verdicts[("rejected", reason)] += 1
+                append(LinkVerdict(Verdict.REJECTED, reason, key, domain))
+                continue
+            rule = self.budgets.check(ident.url, ident.host, domain, link.depth)
+            if rule is None and (ident.host in self.abandoned or ident.origin in self.abandoned):
+                rule = self.abandoned.get(ident.origin) or self.abandoned[ident.host]
+            if rule is not None:
+                seen.add(h)
+                self.verdicts[("suppressed", rule)] += 1
+                append(LinkVerdict(Verdict.SUPPRESSED, rule, key, domain))
+                continue
+            seen.add(h)
+            self.budgets.charge(ident.url, ident.host, domain)
+            self.item_seq += 1
+            item = Item(key, ident.url, ident.host, ident.origin, domain, Kind.PAGE, link.depth, link.priority,
+                        self.item_seq, link.redirect_hops, source=link.source_key)
+            self._admit(item)
+            self.verdicts[("admitted", "")] += 1
+            append(LinkVerdict(Verdict.ADMITTED, "", key, domain))
+        return out
+
+    def _refusal(self, host: str, origin: str, domain: str, redirect_hops: int) -> str:
+        """Why a link with an identity is rejected outright: scope or redirect chain; '' when it is not."""
+        if redirect_hops > self.config.max_redirect_hops:
+            return "too_many_redirects"
+        scope = self.config.scope
+        if scope == "host" and host not in self.scope_hosts:
+            return "out_of_scope"
+        if scope == "domain" and domain not in self.scope_domains:
+            return "out_of_scope"
+        if scope == "list" and host not in self.scope_hosts and domain not in self.scope_domains:
+            return "out_of_scope"
+        return ""
+
+    def add_scope(self, hosts: Iterable[str] = (), domains: Iterable[str] = ()) -> None:
+        """Admit these hosts and registrable domains into the crawl's scope (from seeds or a scope file)."""
+        for host in hosts:
+            self.scope_hosts.add(host)
+        for domain in domains:
+            self.scope_domains.add(domain)
+        self.store.set_meta("scope", json.dumps({"hosts": sorted(self.scope_hosts), "domains": sorted(self.scope_domains)}))
+
+    def _widen_scope(self, host: str, domain: str) -> None:
+        if host not in self.scope_hosts or domain not in self.scope_domains:
+            self.add_scope([host], [domain])
+
+    def _reject(self, key: str, url: str, host: str, origin: str, domain: str, link: LinkLike, reason: str) -> None:
+        self.item_seq += 1
+        item = Item(key, url, host, origin, domain, Kind.PAGE, link.depth, link.priority, self.item_seq,
+                    link.redirect_hops, source=link.source_key)
+        self._move(item, Event.REJECT, reason, data=pack_admit(item))
+
+    def _admit(self, item: Item) -> None:
+        """discovered -> admitted -> scheduled, then queued on its host (with a robots item for a new origin)."""
+        self._move(item, Event.ADMIT, data=pack_admit(item))
+        self._move(item, Event.SCHEDULE)
+        host = self._host(item.host, item.domain)
+        if item.kind is Kind.PAGE and item.origin not in host.robots and item.origin not in host.robots_items:
+            self._admit_robots(host, item.origin)
+        host.push(item, self.config.window)
+        self._wake(host, self.clock.now())
+
+    def _admit_robots(self, host: Host, origin: str) -> None:
+        self.item_seq += 1
+        key = ROBOTS_PREFIX + origin
+        robots = Item(key, robots_url(origin), host.name, origin, host.domain, Kind.ROBOTS, 0, -1, self.item_seq)
+        self.seen.add(key_hash(key))
+        self._move(robots, Event.ADMIT, data=pack_admit(robots))
+        self._move(robots, Event.SCHEDULE)
+        host.robots_items[origin] = robots
+
+    # ================================================================== leasing
+
+    def lease(self, worker_id: str, max_items: int) -> list[Item]:
+        """Up to `max_items` items, at most one per host, each host within its delay and concurrency."""
+        now = self.clock.now()
+        self.tick(now)
+        out: list[Item] = []
+        again: list[Host] = []
+        ready = self.ready
+        while ready and len(out) < max_items:
+            at, version, name = ready[0]
+            host = self.hosts[name]
+            if version != host.heap_version or not host.in_heap:
+                heapq.heappop(ready)
+                continue
+            if at > now:
+                break
+            heapq.heappop(ready)
+            host.in_heap = False
+            item = self._next_for(host, now)
+            if item is None:
+                continue
+            self._grant(item, host, now, worker_id)
+            out.append(item)
+            if host.in_flight < host.limit(self.config.politeness):
+                again.append(host)
+        for host in again:
+            self._wake(host, now)
+        return out
+
+    def _eligible_at(self, host: Host) -> float:
+        return max(host.next_eligible, self.ip_next.get(host.ip, 0.0)) if host.ip else host.next_eligible
+
+    def _next_for(self, host: Host, now: float) -> Item | None:
+        """The item `host` may send now, or None (the host re-enters the heap when that changes)."""
+        if host.paused or host.gave_up or host.in_flight >= host.limit(self.config.politeness):
+            return None
+        eligible = self._eligible_at(host)
+        if eligible > now:
+            self._wake(host, eligible)
+            return None
+        if host.ip and self.ip_in_flight[host.ip] >= host.limit(self.config.politeness):
+            self.ip_waiters.setdefault(host.ip, set()).add(host.name)
+            return None
+        for robots in host.robots_items.values():
+            if robots.state is State.SCHEDULED:
+                return robots
+        while True:
+            item = host.peek()
+            if item is None:
+                if host.overflow:
+                    host.refill(self.store.backlog(host.name, host.watermark, self.config.window), self.config.window)
+                    if host.items:
+                        continue
+                return None
+            record = host.robots.get(item.origin)
+            if record is None or record.expired(now):
+                return self._robots_due(host, item.origin)
+            if record.verdict is RobotsVerdict.DISALLOW_ALL:
+                return None
+            host.pop(item.key)
+            if record.allowed(item.url):
+                return item
+            self._move(item, Event.SUPPRESS, "robots")
+
+    def _robots_due(self, host: Host, origin: str) -> Item | None:
+        """The robots item to lease before `origin`'s pages, or None while it is in flight or backing off."""
+        robots = host.robots_items.get(origin)
+        if robots is None:
+            self._admit_robots(host, origin)
+            robots = host.robots_items[origin]
+        elif robots.state is State.FETCHED:
+            self._move(robots, Event.REVISIT, "robots_expired")
+        return robots if robots.state is State.SCHEDULED else None
+
+    def _grant(self, item: Item, host: Host, now: float, worker_id: str) -> None:
+        item.generation += 1
+        item.attempt += 1
+        item.deadline = now + self.config.lease_s
+        self._move(item, Event.LEASE, worker_id)
+        self.events["lease"] += 1
+        host.in_flight += 1
+        if host.ip:
+            self.ip_in_flight[host.ip] += 1
+        self.leased[item.key] = item
+        heapq.heappush(self.deadlines, (item.deadline, item.key, item.generation))
+
+    def renew(self, key: str, generation: int, extend_s: float) -> float:
+        """Push a current lease's deadline out to now + extend_s (at most lease_s); the new deadline."""
+        item = self.leased.get(key)
+        if item is None:
+            raise LeaseError(key, generation, "unknown_lease")
+        if item.generation != generation:
+            raise LeaseError(key, generation, "stale_generation")
+        item.deadline = self.clock.now() + min(max(extend_s, 0.0), self.config.lease_s)
+        heapq.heappush(self.deadlines, (item.deadline, item.key, item.generation))
+        return item.deadline
+
+    # ================================================================== completion
+
+    def complete(self, key: str, generation: int, outcome: OutcomeLike, links: Sequence[LinkLike] = ()) -> Completion:
+        """Settle a lease with its outcome and admit the links found, if they are to be followed.
+
+        A stale or unknown lease is journaled as late evidence only and its links are dropped. Links whose
+        domain another node owns come back in `forward` for the worker to route.
+        """
+        item = self.leased.get(key)
+        if item is None or item.generation != generation:
+            return self._late(key, generation, outcome, "stale_generation" if item else "unknown_lease")
+        now = self.clock.now()
+        del self.leased[key]
+        host = self.hosts[item.host]
+        self._release(host, now)
+        if outcome.remote_ip:
+            host.ip = outcome.remote_ip
+        if item.kind is Kind.ROBOTS:
+            done = self._complete_robots(item, host, outcome, now)
+        else:
+            done = self._complete_page(item, host, outcome, now)
+        if host.ip:
+            self.ip_next[host.ip] = max(self.ip_next.get(host.ip, 0.0), host.next_eligible)
+        self._wake(host, self._eligible_at(host))
+        if done.follow_links and links:
+            for link, verdict in zip(links, self.discover(links), strict=True):
+                if verdict.verdict is Verdict.WRONG_OWNER:
+                    done.forward.append(link)
+                elif verdict.verdict is Verdict.ADMITTED:
+                    done.admitted += 1
+        return done
+
+    def _late(self, key: str, generation: int, outcome: OutcomeLike, reason: str) -> Completion:
+        row = self.leased.get(key) or self.waiting.get(key) or self.store.get(key)
+        state = row.state if row else State.DISCOVERED
+        self.events["late_evidence"] += 1
+        self.journal_seq += 1
+        self.store.note(Entry(self.journal_seq, self.run_id, key, row.attempt if row else 0, generation,
+                              state.value, Event.LATE_EVIDENCE.value, state.value, self.clock.now(),
+                              self.config.policy_version, f"{reason} status={outcome.status} {outcome.error_class}".strip(),
+                              outcome.evidence))
+        return Completion(False, state.value, False, reason)
+
+    def _release(self, host: Host, now: float) -> None:
+        """One request of `host` is over: free its slot and any host waiting on the same address."""
+        host.in_flight -= 1
+        if host.ip and self.ip_in_flight[host.ip] > 0:
+            self.ip_in_flight[host.ip] -= 1
+            for name in self.ip_waiters.pop(host.ip, ()):
+                other = self.hosts[name]
+                self._wake(other, self._eligible_at(other))
+
+    def _complete_page(self, item: Item, host: Host, outcome: OutcomeLike, now: float) -> Completion:
+        policy = self.config.politeness
+        status, action_reason = outcome.status, classify(outcome.status, outcome.error_class)
+        action, reason = action_reason
+        if action is Action.DONE:
+            host.on_response(outcome.response_s, now, policy)
+            host.fetched += 1
+            follow = status < 300 or (status < 400 and bool(outcome.location))
+            if 300 <= status < 400 and outcome.location:
+                reason = f"{status} -> {outcome.location[:200]}"
+            elif status < 300:
+                first = self.bodies.seen_digest(outcome.body_digest)
+                if first is not None:
+                    reason, follow = "duplicate_body", False
+                elif self.bodies.near(outcome.simhash) is not None:
+                    reason = "near_duplicate"
+                self.bodies.add(item.key, outcome.body_digest, outcome.simhash)
+            if outcome.nofollow:
+                follow = False
+            item.status, item.etag, item.last_modified = status, outcome.etag, outcome.last_modified
+            item.evidence, item.digest = outcome.evidence, outcome.body_digest
+            self._move(item, Event.COMPLETE, reason, outcome.evidence)
+            return Completion(True, item.state.value, follow, reason)
+        item.status, item.evidence = status, outcome.evidence
+        host.errors += 1
+        if action is Action.RETRY:
+            host.on_trouble(now, outcome.retry_after_s, policy)
+            if item.attempt >= self.config.retry.max_attempts:
+                self._move(item, Event.FAIL, f"retries_exhausted:{reason}", outcome.evidence)
+            else:
+                self._retry_later(item, now, reason, outcome)
+            if host.failures >= policy.give_up_after:
+                self._give_up(host, f"host_unreachable:{reason}")
+        else:
+            host.next_eligible = max(host.next_eligible, now + host.delay(policy))
+            self._move(item, Event.FAIL, reason, outcome.evidence)
+        return Completion(True, item.state.value, False, reason)
+
+    def _retry_later(self, item: Item, now: float, reason: str, outcome: OutcomeLike) -> None:
+        wait = backoff_s(item.attempt, self.config.retry, self.rng)
+        if outcome.retry_after_s >= 0:
+            wait = max(wait, min(outcome.retry_after_s, self.config.politeness.retry_after_cap_s))
+        item.due_at = now + wait
+        self._move(item, Event.RETRY, reason, outcome.evidence)
+        self.waiting[item.key] = item
+        heapq.heappush(self.retries, (item.due_at, item.key, item.generation))
+
+    def _complete_robots(self, item: Item, host: Host, outcome: OutcomeLike, now: float) -> Completion:
+        record = self.robots_policy.from_outcome(
+            item.origin, status=outcome.status, body=bytes(outcome.robots_body), error_class=outcome.error_class, now=now
+        )
+        host.robots[item.origin] = record
+        self.store.save_robots(item.origin, host.name, record.to_dict())
+        policy = self.config.politeness
+        troubled = bool(outcome.error_class) or outcome.status in OVERLOAD_STATUSES or outcome.status >= 500
+        if troubled:
+            host.on_trouble(now, outcome.retry_after_s, policy)
+        else:
+            host.on_response(outcome.response_s, now, policy)
+        item.status, item.evidence = outcome.status, outcome.evidence
+        reason = outcome.error_class or f"robots_{outcome.status}"
+        if record.verdict is not RobotsVerdict.DISALLOW_ALL:
+            self._move(item, Event.COMPLETE, reason, outcome.evidence)
+        elif item.attempt >= self.config.retry.robots_max_attempts:
+            self._move(item, Event.FAIL, f"robots_unavailable:{reason}", outcome.evidence)
+            self._abandon(host, item.origin, "robots_unavailable")
+        else:
+            self._retry_later(item, now, reason, outcome)
+        return Completion(True, item.state.value, False, reason)
+
+    # ================================================================== giving up
+
+    def _abandon(self, host: Host, origin: str, reason: str) -> None:
+        """Suppress every queued page of `origin`, and refuse its future links, naming why."""
+        self.abandoned[origin] = reason
+        self._drain_queue(host, reason, lambda it: it.origin == origin)
+
+    def _give_up(self, host: Host, reason: str) -> None:
+        """A host that keeps failing: its queue is suppressed and its waiting retries fail, with the reason."""
+        host.gave_up = reason
+        self.abandoned[host.name] = reason
+        self._drain_queue(host, reason, lambda it: True)
+        for item in [it for it in self.waiting.values() if it.host == host.name]:
+            del self.waiting[item.key]
+            self._move(item, Event.GIVE_UP, reason)
+        for robots in host.robots_items.values():
+            if robots.state is State.SCHEDULED:
+                self._move(robots, Event.SUPPRESS, reason)
+
+    def _drain_queue(self, host: Host, reason: str, which: Callable[[Item], bool]) -> None:
+        if host.overflow:
+            rows = self.store.backlog(host.name, host.watermark, 1 << 62)
+            host.refill(rows, 1 << 62)
+        for item in [it for it in host.items.values() if which(it)]:
+            del host.items[item.key]
+            self._move(item, Event.SUPPRESS, reason)
+
+    # ================================================================== time passing
+
+    def tick(self, now: float | None = None) -> None:
+        """Expire overdue leases and put retries that are due back on their hosts."""
+        now = self.clock.now() if now is None else now
+        deadlines = self.deadlines
+        while deadlines and deadlines[0][0] <= now:
+            deadline, key, generation = heapq.heappop(deadlines)
+            item = self.leased.get(key)
+            if item is None or item.generation != generation or item.deadline > now:
+                continue
+            del self.leased[key]
+            host = self.hosts[item.host]
+            self._release(host, now)
+            host.next_eligible = max(host.next_eligible, now + host.delay(self.config.politeness))
+            self.events["lease_expired"] += 1
+            if item.attempt >= self.config.retry.max_attempts + self.config.retry.max_expiries:
+                self._move(item, Event.FAIL, "lease_expired_repeatedly")
+            else:
+                self._move(item, Event.EXPIRE, "lease_expired")
+                self._requeue(host, item)
+            self._wake(host, self._eligible_at(host))
+        retries = self.retries
+        while retries and retries[0][0] <= now:
+            _, key, generation = heapq.heappop(retries)
+            item = self.waiting.get(key)
+            if item is None or item.generation != generation:
+                continue
+            del self.waiting[key]
+            host = self.hosts[item.host]
+            self._move(item, Event.RESCHEDULE)
+            self._requeue(host, item)
+            self._wake(host, self._eligible_at(host))
+
+    def _requeue(self, host: Host, item: Item) -> None:
+        if item.kind is Kind.ROBOTS:
+            host.robots_items[item.origin] = item
+        else:
+            host.push(item, self.config.window)
+
+    def next_event_in(self) -> float | None:
+        """Seconds until something may change by itself (a host ready, a retry due, a lease expiring)."""
+        times = []
+        while self.ready:
+            at, version, name = self.ready[0]
+            if version == self.hosts[name].heap_version and self.hosts[name].in_heap:
+                times.append(at)
+                break
+            heapq.heappop(self.ready)
+        if self.retries:
+            times.append(self.retries[0][0])
+        if self.deadlines:
+            times.append(self.deadlines[0][0])
+        return max(0.0, min(times) - self.clock.now()) if times else None
+
+    @property
+    def drained(self) -> bool:
+        """Nothing queued, nothing in flight, nothing waiting to retry: this node's crawl is over."""
+        c = self.state_counts
+        return c["scheduled"] == 0 and c["leased"] == 0 and c["retryable"] == 0
+
+    # ================================================================== administration
+
+    def pause(self, host_name: str, paused: bool) -> Host:
+        host = self._known_host(host_name)
+        host.paused = paused
+        if not paused:
+            self._wake(host, self._eligible_at(host))
+        return host
+
+    def set_policy(self, host_name: str, *, min_delay_s: float | None = None, concurrency: int | None = None) -> Host:
+        host = self._known_host(host_name)
+        if min_delay_s is not None:
+            if min_delay_s < 0:
+                raise ValueError("min_delay_s must be >= 0")
+            host.min_delay_s = min_delay_s
+        if concurrency is not None:
+            if concurrency < 1:
+                raise ValueError("concurrency must be >= 1")
+            host.concurrency = concurrency
+        self._wake(host, self._eligible_at(host))
+        return host
+
+    def _known_host(self, name: str) -> Host:
+        host = self.hosts.get(name.lower().rstrip("."))
+        if host is None:
+            raise KeyError(f"no such host on this node: {name!r}")
+        return host
+
+    # ================================================================== internals
+
+    def _host(self, name: str, domain: str) -> Host:
+        host = self.hosts.get(name)
+        if host is None:
+            host = self.hosts[name] = Host(name, domain)
+        return host
+
+    def _wake(self, host: Host, at: float) -> None:
+        """Put `host` in the ready heap for time `at` if it can use a slot; keeps one live entry per host."""
+        if host.paused or host.gave_up or host.in_flight >= host.limit(self.config.politeness) or not host.has_work():
+            return
+        if host.in_heap and self.ready and host.heap_at <= at:
+            return
+        host.heap_version += 1
+        host.heap_at = at
+        host.in_heap = True
+        heapq.heappush(self.ready, (at, host.heap_version, host.name))
+
+    def _move(self, item: Item, event: Event, reason: str = "", evidence: str = "", data: str = "") -> None:
+        """Apply one transition from the table, count it and journal it with the item's new row."""
+        before = item.state
+        after = next_state(before, event, item.key)
+        item.state = after
+        item.reason = reason
+        counts = self.state_counts
+        if before is not State.DISCOVERED:
+            counts[before.value] -= 1
+        counts[after.value] += 1
+        self.journal_seq += 1
+        self.store.record(
+            Entry(self.journal_seq, self.run_id, item.key, item.attempt, item.generation, before.value,
+                  event.value, after.value, self.clock.now(), self.config.policy_version, reason, evidence, data),
+            item,
+        )
+
+    def _recover(self) -> None:
+        """Rebuild RAM state from the store after a restart: counters, seen keys, budgets, robots, leases."""
+        store = self.store
+        self.run_id = self.run_id or store.get_meta("run_id") or uuid.uuid4().hex[:12]
+        store.set_meta("run_id", self.run_id)
+        self.journal_seq, self.item_seq = store.max_seqs()
+        scope = store.get_meta("scope")
+        if scope:
+            loaded = json.loads(scope)
+            self.scope_hosts.update(loaded["hosts"])
+            self.scope_domains.update(loaded["domains"])
+        now = self.clock.now()
+        for origin, host_name, data in store.robots_records():
+            record = RobotsRecord.from_dict(data)
+            host = self._host(host_name, "")
+            host.robots[origin] = record
+        for item in store.items():
+            self.seen.add(key_hash(item.key))
+            self.state_counts[item.state.value] += 1
+            host = self._host(item.host, item.domain)
+            host.domain = item.domain
+            if item.kind is Kind.ROBOTS:
+                if item.state is not State.FAILED:
+                    host.robots_items[item.origin] = item
+                elif item.reason.startswith("robots_unavailable"):
+                    self.abandoned[item.origin] = "robots_unavailable"
+            elif item.state is not State.REJECTED:
+                self.budgets.charge(item.url, item.host, item.domain)
+                if item.state is State.SCHEDULED:
+                    host.overflow += 1
+                if item.state is State.FETCHED and item.digest:
+                    self.bodies.add(item.key, item.digest, 0)
+            if item.state is State.LEASED:
+                self.leased[item.key] = item
+                host.in_flight += 1
+                heapq.heappush(self.deadlines, (item.deadline, item.key, item.generation))
+            elif item.state is State.RETRYABLE:
+                self.waiting[item.key] = item
+                heapq.heappush(self.retries, (item.due_at, item.key, item.generation))
+        for host in self.hosts.values():
+            if host.has_work():
+                host.next_eligible = now + host.delay(self.config.politeness)
+                self._wake(host, host.next_eligible)
+        store.flush()
+
+    # ================================================================== inspection
+
+    def stats(self) -> dict[str, object]:
+        now = self.clock.now()
+        with_work = [h for h in self.hosts.values() if h.has_work()]
+        return {
+            "run_id": self.run_id,
+            "urls_by_state": {k: v for k, v in self.state_counts.items() if v},
+            "hosts": len(self.hosts),
+            "hosts_with_work": len(with_work),
+            "hosts_ready": sum(1 for h in with_work if not h.paused and h.in_flight < h.limit(self.config.politeness)
+                               and self._eligible_at(h) <= now),
+            "in_flight": len(self.leased),
+            "queued": self.state_counts["scheduled"],
+            "seen": len(self.seen),
+            "discovered_by_verdict": {f"{v}:{r}" if r else v: n for (v, r), n in self.verdicts.items()},
+            "leases_granted": self.events["lease"],
+            "leases_expired": self.events["lease_expired"],
+            "completes_stale": self.events["late_evidence"],
+        }

@@ -1,0 +1,61 @@
+"""The one interface the core needs from durable storage; SQLite, Redis and memory stores implement it.
+
+Writes are buffered by the store and made durable by `flush()`, which the service shell calls before it
+answers an RPC: an item is only reported admitted, leased or completed once its journal line is committed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Protocol
+
+from frontier_node.core.records import Entry, Item
+from frontier_node.core.states import State
+
+
+class Store(Protocol):
+    """Journal plus current item rows, robots records and a few meta values."""
+
+    def record(self, entry: Entry, item: Item) -> None:
+        """Buffer one journal line and the item's row as it stands after it."""
+
+    def note(self, entry: Entry) -> None:
+        """Buffer a journal line that changes no row (late evidence, rejections of unknown keys)."""
+
+    def save_robots(self, origin: str, host: str, record: dict[str, object]) -> None:
+        """Buffer the robots record of an origin (RobotsRecord.to_dict())."""
+
+    def set_meta(self, name: str, value: str) -> None:
+        """Buffer a small named value (run id, scope, sequence high-water marks)."""
+
+    def get_meta(self, name: str) -> str | None: ...
+
+    def flush(self) -> None:
+        """Commit everything buffered, atomically."""
+
+    def backlog(self, host: str, after: tuple[int, int], limit: int) -> list[Item]:
+        """Scheduled items of `host` whose (priority, seq) is greater than `after`, in that order (flushes first)."""
+
+    def get(self, key: str) -> Item | None: ...
+
+    def history(self, key: str) -> list[Entry]:
+        """Every journal line of one key, in order."""
+
+    def journal(self, after_seq: int = 0) -> Iterator[Entry]:
+        """Journal lines with seq > after_seq, in order."""
+
+    def items(self, states: Iterable[State] | None = None) -> Iterator[Item]:
+        """Item rows, optionally only those in the given states."""
+
+    def scheduled_counts(self) -> dict[str, int]:
+        """host -> number of scheduled items: enough to rebuild queues lazily after a restart."""
+
+    def robots_records(self) -> Iterator[tuple[str, str, dict[str, object]]]:
+        """(origin, host, record) for every saved robots record."""
+
+    def counts_by_state(self) -> dict[str, int]: ...
+
+    def max_seqs(self) -> tuple[int, int]:
+        """(highest journal seq, highest item seq): counters resume above them after a restart."""
+
+    def close(self) -> None: ...

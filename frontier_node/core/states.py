@@ -1,0 +1,76 @@
+"""The named states of a frontier item and the explicit table of legal transitions."""
+
+from __future__ import annotations
+
+import enum
+
+
+class State(enum.StrEnum):
+    """Where an item stands. Terminal states end an identity's life in this run."""
+
+    DISCOVERED = "discovered"
+    ADMITTED = "admitted"
+    REJECTED = "rejected"
+    SCHEDULED = "scheduled"
+    LEASED = "leased"
+    FETCHED = "fetched"
+    RETRYABLE = "retryable"
+    FAILED = "failed"
+    SUPPRESSED = "suppressed"
+
+
+class Event(enum.StrEnum):
+    """What happened to an item; each event names one edge of the transition table."""
+
+    ADMIT = "admit"
+    REJECT = "reject"
+    SCHEDULE = "schedule"
+    LEASE = "lease"
+    COMPLETE = "complete"
+    RETRY = "retry"
+    FAIL = "fail"
+    EXPIRE = "expire"
+    RESCHEDULE = "reschedule"
+    SUPPRESS = "suppress"
+    GIVE_UP = "give_up"
+    REVISIT = "revisit"
+    # An observation, not a move: a stale Complete kept as late evidence. Legal in every state, changes none.
+    LATE_EVIDENCE = "late_evidence"
+
+
+TRANSITIONS: dict[tuple[State, Event], State] = {
+    (State.DISCOVERED, Event.ADMIT): State.ADMITTED,
+    (State.DISCOVERED, Event.REJECT): State.REJECTED,
+    (State.ADMITTED, Event.SCHEDULE): State.SCHEDULED,
+    (State.SCHEDULED, Event.LEASE): State.LEASED,
+    (State.SCHEDULED, Event.SUPPRESS): State.SUPPRESSED,
+    (State.LEASED, Event.COMPLETE): State.FETCHED,
+    (State.LEASED, Event.RETRY): State.RETRYABLE,
+    (State.LEASED, Event.FAIL): State.FAILED,
+    (State.LEASED, Event.EXPIRE): State.SCHEDULED,
+    (State.RETRYABLE, Event.RESCHEDULE): State.SCHEDULED,
+    (State.RETRYABLE, Event.GIVE_UP): State.FAILED,
+    (State.FETCHED, Event.REVISIT): State.SCHEDULED,
+}
+
+TERMINAL: frozenset[State] = frozenset({State.REJECTED, State.FETCHED, State.FAILED, State.SUPPRESSED})
+
+
+class IllegalTransition(RuntimeError):
+    """An event that the transition table does not allow from the item's current state."""
+
+    def __init__(self, state: State, event: Event, key: str = "") -> None:
+        super().__init__(f"illegal transition: {event.value!r} from {state.value!r}" + (f" for {key}" if key else ""))
+        self.state = state
+        self.event = event
+        self.key = key
+
+
+def next_state(state: State, event: Event, key: str = "") -> State:
+    """The state `event` leads to from `state`, or IllegalTransition."""
+    if event is Event.LATE_EVIDENCE:
+        return state
+    try:
+        return TRANSITIONS[(state, event)]
+    except KeyError:
+        raise IllegalTransition(state, event, key) from None

@@ -1,0 +1,66 @@
+"""The coverage report: every admitted identity's final disposition, reconciled from the store."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from frontier_node.core.frontier import Frontier
+from frontier_node.core.records import Kind
+from frontier_node.core.states import TERMINAL, State
+
+# Reasons that mean "never really tried": the crawl ended around them, so a reader should look at them.
+UNRESOLVED_PREFIXES = ("robots_unavailable", "host_unreachable", "retries_exhausted", "lease_expired")
+_EXAMPLES = 5
+
+
+def coverage_report(frontier: Frontier, *, dispositions: bool = False) -> dict[str, Any]:
+    """Counts by state and reason, robots denials, failures by class, suppressions by rule, and what is unresolved.
+
+    With `dispositions`, also the final state of every admitted identity (one row each: large for big crawls).
+    """
+    by_state: Counter[str] = Counter()
+    by_reason: Counter[str] = Counter()
+    failures: Counter[str] = Counter()
+    robots_denied: list[str] = []
+    robots_files: Counter[str] = Counter()
+    unresolved: list[dict[str, Any]] = []
+    rows: list[dict[str, Any]] = []
+    fetched_statuses: Counter[str] = Counter()
+    for item in frontier.store.items():
+        if item.kind is Kind.ROBOTS:
+            robots_files[f"{item.state.value}:{item.reason}"] += 1
+            continue
+        state = item.state.value
+        by_state[state] += 1
+        reason_class = item.reason.split(":")[0].split(" ")[0]
+        by_reason[f"{state}:{reason_class}" if reason_class else state] += 1
+        if item.state is State.FETCHED:
+            fetched_statuses[str(item.status)] += 1
+        if item.state is State.FAILED:
+            failures[reason_class] += 1
+        if item.state is State.SUPPRESSED and item.reason == "robots":
+            robots_denied.append(item.url)
+        if item.state not in TERMINAL or item.reason.startswith(UNRESOLVED_PREFIXES):
+            unresolved.append({"url": item.url, "state": state, "reason": item.reason, "attempts": item.attempt})
+        if dispositions:
+            rows.append({"key": item.key, "url": item.url, "state": state, "reason": item.reason,
+                         "attempts": item.attempt, "status": item.status, "depth": item.depth,
+                         "evidence": item.evidence})
+    admitted = sum(n for s, n in by_state.items() if s != State.REJECTED.value)
+    report: dict[str, Any] = {
+        "run_id": frontier.run_id,
+        "admitted": admitted,
+        "by_state": dict(sorted(by_state.items())),
+        "by_reason": dict(sorted(by_reason.items())),
+        "fetched_by_status": dict(sorted(fetched_statuses.items())),
+        "robots_files": dict(sorted(robots_files.items())),
+        "robots_denied": {"count": len(robots_denied), "examples": sorted(robots_denied)[:_EXAMPLES]},
+        "failures_by_class": dict(sorted(failures.items())),
+        "suppressed_by_rule": frontier.budgets.report(),
+        "discovered_by_verdict": {f"{v}:{r}" if r else v: n for (v, r), n in sorted(frontier.verdicts.items())},
+        "unresolved": {"count": len(unresolved), "items": unresolved[:100]},
+    }
+    if dispositions:
+        report["dispositions"] = rows
+    return report

@@ -1,0 +1,184 @@
+"""The gRPC shell around the core: translate messages, hold the lock, flush the store before answering."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+
+import grpc
+
+from frontier_node.core.frontier import Frontier, LeaseError
+from frontier_node.core.hosts import Host
+from frontier_node.core.records import Item
+from frontier_node.report import coverage_report
+from hostring.urls import UrlRejected, identify
+from hostring.v1 import frontier_pb2 as pb
+from hostring.v1 import frontier_pb2_grpc as pb_grpc
+
+_MAX_LEASE_ITEMS = 1000
+_MAX_WAIT_S = 30.0
+
+
+class FrontierService(pb_grpc.FrontierServicer):
+    """Serves one Frontier. Every call takes the one lock: the core is a plain single-threaded object."""
+
+    def __init__(self, frontier: Frontier, *, node_id: str = "node-0", epoch: Callable[[], int] = lambda: 0,
+                 lock: threading.Condition | None = None) -> None:
+        self.frontier = frontier
+        self.node_id = node_id
+        self.epoch = epoch
+        self.cond = lock or threading.Condition()
+
+    # ------------------------------------------------------------------ hot path
+
+    def Discover(self, request: pb.DiscoverRequest, context: grpc.ServicerContext) -> pb.DiscoverResponse:
+        with self.cond:
+            verdicts = self.frontier.discover(request.links)
+            self.frontier.store.flush()
+            self.cond.notify_all()
+        resp = pb.DiscoverResponse(ring_epoch=self.epoch())
+        add = resp.verdicts.add
+        for v in verdicts:
+            add(verdict=int(v.verdict), reason=v.reason, fetch_key=v.fetch_key, domain=v.domain)
+        return resp
+
+    def Lease(self, request: pb.LeaseRequest, context: grpc.ServicerContext) -> pb.LeaseResponse:
+        if not request.worker_id:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "worker_id is required")
+        want = min(max(request.max_items, 1), _MAX_LEASE_ITEMS)
+        give_up_at = time.monotonic() + min(request.wait_ms / 1000.0, _MAX_WAIT_S)
+        with self.cond:
+            while True:
+                items = self.frontier.lease(request.worker_id, want)
+                if items:
+                    self.frontier.store.flush()
+                    break
+                remaining = give_up_at - time.monotonic()
+                if remaining <= 0 or self.frontier.drained or not context.is_active():
+                    break
+                nxt = self.frontier.next_event_in()
+                self.cond.wait(min(remaining, nxt if nxt is not None else remaining, 1.0) + 0.001)
+            nxt = self.frontier.next_event_in()
+            drained = self.frontier.drained
+        resp = pb.LeaseResponse(ring_epoch=self.epoch(), drained=drained,
+                                next_ready_ms=int(nxt * 1000) if nxt is not None else 0)
+        for item in items:
+            resp.items.append(_lease_item(item))
+        return resp
+
+    def Renew(self, request: pb.RenewRequest, context: grpc.ServicerContext) -> pb.RenewResponse:
+        with self.cond:
+            try:
+                deadline = self.frontier.renew(request.lease_id, request.generation, request.extend_ms / 1000.0)
+            except LeaseError as e:
+                return pb.RenewResponse(ok=False, reason=e.reason)
+        return pb.RenewResponse(ok=True, deadline_ms=int(deadline * 1000))
+
+    def Complete(self, request: pb.CompleteRequest, context: grpc.ServicerContext) -> pb.CompleteResponse:
+        if not request.lease_id:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "lease_id is required")
+        with self.cond:
+            done = self.frontier.complete(request.lease_id, request.generation, request.outcome, request.links)
+            self.frontier.store.flush()
+            self.cond.notify_all()
+        return pb.CompleteResponse(accepted=done.accepted, state=done.state, follow_links=done.follow_links,
+                                   reason=done.reason, admitted=done.admitted, forward=done.forward)
+
+    # ------------------------------------------------------------------ inspection
+
+    def Stats(self, request: pb.StatsRequest, context: grpc.ServicerContext) -> pb.StatsResponse:
+        with self.cond:
+            s = self.frontier.stats()
+            owned = len({h.domain for h in self.frontier.hosts.values()})
+        return pb.StatsResponse(
+            node_id=self.node_id, ring_epoch=self.epoch(), run_id=str(s["run_id"]),
+            urls_by_state=s["urls_by_state"], hosts=s["hosts"], hosts_with_work=s["hosts_with_work"],
+            hosts_ready=s["hosts_ready"], in_flight=s["in_flight"], queued=s["queued"], seen=s["seen"],
+            discovered_by_verdict=s["discovered_by_verdict"], owned_domains=owned,
+            leases_granted=s["leases_granted"], leases_expired=s["leases_expired"],
+            completes_stale=s["completes_stale"],
+        )
+
+    def GetHost(self, request: pb.GetHostRequest, context: grpc.ServicerContext) -> pb.HostInfo:
+        with self.cond:
+            host = self.frontier.hosts.get(request.host.lower().rstrip("."))
+            if host is None:
+                context.abort(grpc.StatusCode.NOT_FOUND, f"no such host on this node: {request.host!r}")
+            return self._host_info(host)
+
+    def ListHosts(self, request: pb.ListHostsRequest, context: grpc.ServicerContext) -> pb.ListHostsResponse:
+        limit = request.limit or 100
+        with self.cond:
+            hosts = [h for h in self.frontier.hosts.values() if h.has_work() or not request.only_with_work]
+            hosts.sort(key=lambda h: (-h.queued, h.name))
+            return pb.ListHostsResponse(hosts=[self._host_info(h) for h in hosts[:limit]])
+
+    def GetUrl(self, request: pb.GetUrlRequest, context: grpc.ServicerContext) -> pb.UrlInfo:
+        key = request.url
+        try:
+            key = identify(request.url).fetch_key
+        except UrlRejected:
+            pass
+        with self.cond:
+            row = self.frontier.store.get(key)
+            if row is None:
+                context.abort(grpc.StatusCode.NOT_FOUND, f"no such URL or fetch key on this node: {request.url!r}")
+            history = self.frontier.store.history(key)
+        info = pb.UrlInfo(fetch_key=row.key, url=row.url, state=row.state.value, reason=row.reason,
+                          attempt=row.attempt, generation=row.generation, depth=row.depth)
+        for e in history:
+            info.history.add(seq=e.seq, run_id=e.run_id, attempt=e.attempt, generation=e.generation,
+                             from_state=e.from_state, event=e.event, to_state=e.to_state, at=e.at,
+                             policy_version=e.policy_version, reason=e.reason, evidence=e.evidence)
+        return info
+
+    def PauseHost(self, request: pb.PauseHostRequest, context: grpc.ServicerContext) -> pb.HostInfo:
+        with self.cond:
+            try:
+                host = self.frontier.pause(request.host, request.paused)
+            except KeyError as e:
+                context.abort(grpc.StatusCode.NOT_FOUND, str(e.args[0]))
+            self.cond.notify_all()
+            return self._host_info(host)
+
+    def SetHostPolicy(self, request: pb.SetHostPolicyRequest, context: grpc.ServicerContext) -> pb.HostInfo:
+        with self.cond:
+            try:
+                host = self.frontier.set_policy(
+                    request.host,
+                    min_delay_s=request.min_delay_s if request.min_delay_s >= 0 else None,
+                    concurrency=request.concurrency if request.concurrency > 0 else None,
+                )
+            except KeyError as e:
+                context.abort(grpc.StatusCode.NOT_FOUND, str(e.args[0]))
+            except ValueError as e:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+            self.cond.notify_all()
+            return self._host_info(host)
+
+    def Report(self, request: pb.ReportRequest, context: grpc.ServicerContext) -> pb.ReportResponse:
+        with self.cond:
+            report = coverage_report(self.frontier, dispositions=request.dispositions)
+        return pb.ReportResponse(json=json.dumps(report, sort_keys=True))
+
+    def _host_info(self, host: Host) -> pb.HostInfo:
+        f = self.frontier
+        policy = f.config.politeness
+        return pb.HostInfo(
+            host=host.name, domain=host.domain, queued=host.queued, in_flight=host.in_flight,
+            concurrency=host.limit(policy), delay_s=host.delay(policy),
+            min_delay_s=host.min_delay_s if host.min_delay_s >= 0 else policy.min_delay_s,
+            backoff=host.backoff, next_eligible_s=f._eligible_at(host) - f.clock.now(), paused=host.paused,
+            robots="; ".join(f"{o}: {r.describe()}" for o, r in sorted(host.robots.items())),
+            fetched=host.fetched, errors=host.errors,
+        )
+
+
+def _lease_item(item: Item) -> pb.LeaseItem:
+    return pb.LeaseItem(
+        lease_id=item.key, generation=item.generation, deadline_ms=int(item.deadline * 1000), fetch_key=item.key,
+        url=item.url, kind=int(item.kind), etag=item.etag, last_modified=item.last_modified, depth=item.depth,
+        attempt=item.attempt, host=item.host, redirect_hops=item.redirect_hops,
+    )
