@@ -19,18 +19,34 @@ DEFAULT_USER_AGENT = "hostring/0.1 (+https://github.com/hostring/hostring)"
 
 def _politeness_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("politeness and budgets")
-    g.add_argument("--delay", type=float, default=1.0, metavar="S",
-                   help="minimum seconds between two requests to one host (default: %(default)s)")
-    g.add_argument("--concurrency", type=int, default=1, metavar="N",
-                   help="requests in flight per host (default: %(default)s)")
-    g.add_argument("--user-agent", default=DEFAULT_USER_AGENT, metavar="UA",
-                   help="User-Agent sent and whose product token robots.txt groups are matched by")
+    g.add_argument(
+        "--delay",
+        type=float,
+        default=1.0,
+        metavar="S",
+        help="minimum seconds between two requests to one host (default: %(default)s)",
+    )
+    g.add_argument(
+        "--concurrency", type=int, default=1, metavar="N", help="requests in flight per host (default: %(default)s)"
+    )
+    g.add_argument(
+        "--user-agent",
+        default=DEFAULT_USER_AGENT,
+        metavar="UA",
+        help="User-Agent sent and whose product token robots.txt groups are matched by",
+    )
     g.add_argument("--max-depth", type=int, default=20, metavar="N", help="link depth limit (default: %(default)s)")
     g.add_argument("--max-pages", type=int, default=None, metavar="N", help="stop admitting after N pages")
-    g.add_argument("--max-pages-per-host", type=int, default=10_000, metavar="N",
-                   help="trap bound per host (default: %(default)s)")
-    g.add_argument("--lease-s", type=float, default=120.0, metavar="S",
-                   help="lease duration before an unfinished fetch is handed out again (default: %(default)s)")
+    g.add_argument(
+        "--max-pages-per-host", type=int, default=10_000, metavar="N", help="trap bound per host (default: %(default)s)"
+    )
+    g.add_argument(
+        "--lease-s",
+        type=float,
+        default=120.0,
+        metavar="S",
+        help="lease duration before an unfinished fetch is handed out again (default: %(default)s)",
+    )
 
 
 def frontier_config(args: argparse.Namespace, scope: str = "all") -> FrontierConfig:
@@ -43,8 +59,9 @@ def frontier_config(args: argparse.Namespace, scope: str = "all") -> FrontierCon
         raise SystemExit("hostring: --lease-s must be > 0")
     return FrontierConfig(
         politeness=PolitenessConfig(min_delay_s=args.delay, concurrency=args.concurrency),
-        budgets=BudgetConfig(max_depth=args.max_depth, max_pages_total=args.max_pages,
-                             max_pages_per_host=args.max_pages_per_host),
+        budgets=BudgetConfig(
+            max_depth=args.max_depth, max_pages_total=args.max_pages, max_pages_per_host=args.max_pages_per_host
+        ),
         user_agent=args.user_agent,
         lease_s=args.lease_s,
         scope=scope,
@@ -56,7 +73,8 @@ def _scope_entries(path: str | None) -> list[str]:
     if not path:
         return []
     try:
-        text = open(path, encoding="utf-8").read()
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
     except OSError as e:
         raise SystemExit(f"hostring: cannot read scope file {path}: {e.strerror}") from e
     entries = [line.split("#")[0].strip().lower().rstrip(".") for line in text.splitlines()]
@@ -68,8 +86,13 @@ def cmd_node(args: argparse.Namespace) -> int:
 
     if args.scope == "list" and not args.scope_file:
         raise SystemExit("hostring: --scope list needs --scope-file")
-    node = start_node(args.store, args.listen, frontier_config(args, args.scope), node_id=args.id,
-                      scope=_scope_entries(args.scope_file))
+    node = start_node(
+        args.store,
+        args.listen,
+        frontier_config(args, args.scope),
+        node_id=args.id,
+        scope=_scope_entries(args.scope_file),
+    )
     print(f"hostring node {args.id} listening on port {node.port} (store {args.store})", flush=True)
     serve_forever(node)
     return 0
@@ -88,10 +111,21 @@ def _crawl_options(args: argparse.Namespace, seeds: list[str], out: str) -> Craw
         scope = "list"
     frontier_config(args)  # validates the politeness flags
     return CrawlOptions(
-        seeds=seeds, out=Path(out), scope=scope, scope_file=scope_file, allow_network=args.allow_network,
-        delay=args.delay, concurrency=args.concurrency, max_pages=args.max_pages, max_depth=args.max_depth,
-        max_pages_per_host=args.max_pages_per_host, user_agent=args.user_agent, resume=args.resume,
-        fetchers=args.fetchers, lease_s=args.lease_s, progress=not args.no_progress,
+        seeds=seeds,
+        out=Path(out),
+        scope=scope,
+        scope_file=scope_file,
+        allow_network=args.allow_network,
+        delay=args.delay,
+        concurrency=args.concurrency,
+        max_pages=args.max_pages,
+        max_depth=args.max_depth,
+        max_pages_per_host=args.max_pages_per_host,
+        user_agent=args.user_agent,
+        resume=args.resume,
+        fetchers=args.fetchers,
+        lease_s=args.lease_s,
+        progress=not args.no_progress,
     )
 
 
@@ -137,49 +171,84 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    node = sub.add_parser("node", help="run a frontier node (gRPC Lease/Complete/Discover over a store)",
-                          description="Serve the Frontier gRPC service over an embedded SQLite (or memory) store.")
-    node.add_argument("--store", default="sqlite:///hostring-node.sqlite3",
-                      help="sqlite:///PATH or memory:// (default: %(default)s)")
-    node.add_argument("--listen", default="127.0.0.1:50051", metavar="HOST:PORT",
-                      help="address to serve on; port 0 picks a free one (default: %(default)s)")
+    node = sub.add_parser(
+        "node",
+        help="run a frontier node (gRPC Lease/Complete/Discover over a store)",
+        description="Serve the Frontier gRPC service over an embedded SQLite (or memory) store.",
+    )
+    node.add_argument(
+        "--store", default="sqlite:///hostring-node.sqlite3", help="sqlite:///PATH or memory:// (default: %(default)s)"
+    )
+    node.add_argument(
+        "--listen",
+        default="127.0.0.1:50051",
+        metavar="HOST:PORT",
+        help="address to serve on; port 0 picks a free one (default: %(default)s)",
+    )
     node.add_argument("--id", default="node-0", help="node id (default: %(default)s)")
-    node.add_argument("--scope", default="all", choices=["all", "host", "domain", "list"],
-                      help="admit links anywhere, only on the seeds' hosts or registrable domains, or only on the "
-                           "hosts/domains of --scope-file (default: %(default)s)")
+    node.add_argument(
+        "--scope",
+        default="all",
+        choices=["all", "host", "domain", "list"],
+        help="admit links anywhere, only on the seeds' hosts or registrable domains, or only on the "
+        "hosts/domains of --scope-file (default: %(default)s)",
+    )
     node.add_argument("--scope-file", metavar="FILE", help="hosts or registrable domains, one per line")
     _politeness_flags(node)
     node.set_defaults(func=cmd_node)
 
     crawl = sub.add_parser(
-        "crawl", help="crawl from seeds with a node and a worker on the embedded store, then report",
+        "crawl",
+        help="crawl from seeds with a node and a worker on the embedded store, then report",
         description="Run a whole polite crawl in one process tree: a frontier node on SQLite in OUT, a fetch "
-                    "worker writing WARC to OUT/warc, a live progress line, and a coverage report at the end "
-                    "(printed and written to OUT/report.json). Ctrl-C stops cleanly; --resume continues.",
+        "worker writing WARC to OUT/warc, a live progress line, and a coverage report at the end "
+        "(printed and written to OUT/report.json). Ctrl-C stops cleanly; --resume continues.",
     )
     crawl.add_argument("seeds", nargs="*", metavar="SEED", help="start URLs")
     crawl.add_argument("--seeds-file", metavar="F", help="more start URLs, one per line")
-    crawl.add_argument("--scope", default="domain", metavar="host|domain|FILE",
-                       help="follow links only on the seeds' hosts, their registrable domains, or the hosts and "
-                            "domains listed in FILE (default: %(default)s)")
-    crawl.add_argument("--allow-network", action="append", default=[], metavar="CIDR",
-                       help="let the fetcher connect to these otherwise refused (loopback, private) addresses; "
-                            "repeatable")
-    crawl.add_argument("--out", default="hostring-out", metavar="DIR",
-                       help="store, WARC files and report (default: %(default)s)")
+    crawl.add_argument(
+        "--scope",
+        default="domain",
+        metavar="host|domain|FILE",
+        help="follow links only on the seeds' hosts, their registrable domains, or the hosts and "
+        "domains listed in FILE (default: %(default)s)",
+    )
+    crawl.add_argument(
+        "--allow-network",
+        action="append",
+        default=[],
+        metavar="CIDR",
+        help="let the fetcher connect to these otherwise refused (loopback, private) addresses; repeatable",
+    )
+    crawl.add_argument(
+        "--out", default="hostring-out", metavar="DIR", help="store, WARC files and report (default: %(default)s)"
+    )
     crawl.add_argument("--resume", action="store_true", help="continue the crawl stored in --out")
-    crawl.add_argument("--fetchers", type=int, default=64, metavar="N",
-                       help="fetches in flight at once across hosts (default: %(default)s)")
+    crawl.add_argument(
+        "--fetchers",
+        type=int,
+        default=64,
+        metavar="N",
+        help="fetches in flight at once across hosts (default: %(default)s)",
+    )
     crawl.add_argument("--no-progress", action="store_true", help="no live progress line")
     _politeness_flags(crawl)
     crawl.set_defaults(func=cmd_crawl)
 
-    demo = sub.add_parser("demo", help="crawl a small built-in web on loopback to see everything work",
-                          description="Start a sample web of several origins on 127.0.0.x (robots rules, a "
-                                      "redirect, a crawler trap, mirrors) and crawl it with progress and report.")
+    demo = sub.add_parser(
+        "demo",
+        help="crawl a small built-in web on loopback to see everything work",
+        description="Start a sample web of several origins on 127.0.0.x (robots rules, a "
+        "redirect, a crawler trap, mirrors) and crawl it with progress and report.",
+    )
     demo.add_argument("--out", default="", metavar="DIR", help="where to keep the crawl (default: a temp dir)")
-    demo.add_argument("--delay", type=float, default=0.2, metavar="S",
-                      help="seconds between requests to one origin (default: %(default)s)")
+    demo.add_argument(
+        "--delay",
+        type=float,
+        default=0.2,
+        metavar="S",
+        help="seconds between requests to one origin (default: %(default)s)",
+    )
     demo.set_defaults(func=cmd_demo)
 
     report = sub.add_parser("report", help="print a node's coverage report as JSON")

@@ -99,7 +99,7 @@ class NodeMembership:
 
     @property
     def ring(self) -> Ring:
-        """The ring most recently handed to `on_ring` (EMPTY_RING before the first)."""
+        """The newest ring `on_ring` has returned from (EMPTY_RING before the first)."""
         return self._delivered
 
     @property
@@ -108,7 +108,10 @@ class NodeMembership:
         return self._registered
 
     def wait_ring(self, predicate: Callable[[Ring], bool] | None = None, timeout: float = 10.0) -> Ring:
-        """Block until the delivered ring satisfies `predicate` (default: includes this node); TimeoutError else."""
+        """Block until `ring` (as on_ring has processed it) satisfies `predicate` (default: has this node).
+
+        Raises TimeoutError when it does not within `timeout` seconds.
+        """
         pred = predicate or (lambda r: self.node_id in r.members)
         with self._cond:
             if not self._cond.wait_for(lambda: pred(self._delivered), timeout):
@@ -116,7 +119,12 @@ class NodeMembership:
             return self._delivered
 
     def stop(self, *, leave: bool = True) -> None:
-        """Stop heartbeating and, with `leave`, leave the ring at once (without it, as if the process died)."""
+        """Stop heartbeating and, with `leave`, leave the ring at once (without it, as if the process died).
+
+        No `on_ring` call starts after this. Idempotent: only the first call acts.
+        """
+        if self._stop.is_set():
+            return
         self._stop.set()
         with self._cond:
             self._cond.notify_all()
@@ -174,6 +182,9 @@ class NodeMembership:
             except grpc.RpcError as e:
                 wait = backoff.next()
                 log.warning("%s: coordinator call failed (%s); retrying in %.2f s", self.node_id, _code(e), wait)
+            except Exception:
+                wait = backoff.next()
+                log.exception("%s: unexpected failure talking to the coordinator", self.node_id)
             self._stop.wait(wait)
 
     def _register(self) -> None:
@@ -204,6 +215,8 @@ class NodeMembership:
                 if self._stop.is_set():
                     return
                 log.warning("%s: ring stream failed (%s); reconnecting", self.node_id, _code(e))
+            except Exception:
+                log.exception("%s: bad ring update; reconnecting", self.node_id)
             self._stop.wait(backoff.next())
 
     def _deliver_loop(self) -> None:
@@ -213,13 +226,14 @@ class NodeMembership:
                 if self._stop.is_set():
                     return
                 ring = self._latest
-                self._delivered = ring
-                self._cond.notify_all()
             if self._on_ring is not None:
                 try:
                     self._on_ring(ring)
                 except Exception:
                     log.exception("%s: on_ring failed for epoch %d", self.node_id, ring.epoch)
+            with self._cond:
+                self._delivered = ring
+                self._cond.notify_all()
 
 
 class RingWatcher:
@@ -337,6 +351,8 @@ class RingWatcher:
                 log.info("coordinator ended the ring stream; reconnecting")
             except grpc.aio.AioRpcError as e:
                 log.warning("ring stream failed (%s); reconnecting", e.code().name)
+            except Exception:
+                log.exception("bad ring update; reconnecting")
             await asyncio.sleep(backoff.next())
 
 

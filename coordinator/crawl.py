@@ -89,12 +89,33 @@ def _die_with_parent() -> None:
 
 def start_node_process(opts: CrawlOptions, log: TextIO) -> tuple[subprocess.Popen[str], str]:
     """Start `hostring node` on the crawl's store and a free loopback port; return it and its address."""
-    scope = ["--scope", opts.scope] if opts.scope_file is None else ["--scope", "list", "--scope-file", str(opts.scope_file)]
+    scope = (
+        ["--scope", opts.scope]
+        if opts.scope_file is None
+        else ["--scope", "list", "--scope-file", str(opts.scope_file)]
+    )
     cmd = [
-        sys.executable, "-m", "coordinator.cli", "--log-level", "WARNING", "node",
-        "--store", f"sqlite:///{(opts.out / STORE_NAME).resolve()}", "--listen", "127.0.0.1:0",
-        "--delay", str(opts.delay), "--concurrency", str(opts.concurrency), "--max-depth", str(opts.max_depth),
-        "--max-pages-per-host", str(opts.max_pages_per_host), "--lease-s", str(opts.lease_s), *scope,
+        sys.executable,
+        "-m",
+        "coordinator.cli",
+        "--log-level",
+        "WARNING",
+        "node",
+        "--store",
+        f"sqlite:///{(opts.out / STORE_NAME).resolve()}",
+        "--listen",
+        "127.0.0.1:0",
+        "--delay",
+        str(opts.delay),
+        "--concurrency",
+        str(opts.concurrency),
+        "--max-depth",
+        str(opts.max_depth),
+        "--max-pages-per-host",
+        str(opts.max_pages_per_host),
+        "--lease-s",
+        str(opts.lease_s),
+        *scope,
         *(["--max-pages", str(opts.max_pages)] if opts.max_pages is not None else []),
         *(["--user-agent", opts.user_agent] if opts.user_agent else []),
         *opts.node_args,
@@ -130,10 +151,12 @@ class Progress:
         by_state = dict(stats.urls_by_state)
         done = by_state.get("fetched", 0) + by_state.get("failed", 0) + by_state.get("suppressed", 0)
         errors = sum(worker.stats.errors.values())
-        line = (f"pages {worker.stats.fetched:>6}  {worker.stats.fetched / elapsed:6.1f}/s  done {done:>6}  "
-                f"queued {stats.queued:>6}  in flight {stats.in_flight:>3}  hosts waiting "
-                f"{stats.hosts_with_work - stats.hosts_ready:>4}/{stats.hosts_with_work:<4} errors {errors:>4}  "
-                f"{elapsed:6.0f}s")
+        line = (
+            f"pages {worker.stats.fetched:>6}  {worker.stats.fetched / elapsed:6.1f}/s  done {done:>6}  "
+            f"queued {stats.queued:>6}  in flight {stats.in_flight:>3}  hosts waiting "
+            f"{stats.hosts_with_work - stats.hosts_ready:>4}/{stats.hosts_with_work:<4} errors {errors:>4}  "
+            f"{elapsed:6.0f}s"
+        )
         if self.tty:
             self.stream.write("\r" + line[: os.get_terminal_size(self.stream.fileno()).columns - 1])
         else:
@@ -171,8 +194,14 @@ async def _crawl(opts: CrawlOptions, address: str, stop: asyncio.Event, out: Tex
     limits = FetchLimits(total_timeout_s=opts.total_timeout_s)
     fetcher = Fetcher(NetworkPolicy(opts.allow_network), opts.user_agent, limits, max_connections=opts.fetchers)
     token = opts.user_agent.split("/")[0].split()[0] if opts.user_agent else "hostring"
-    worker = Worker(StaticRouter(address), fetcher, warc=WarcWriter(opts.out / "warc"), max_in_flight=opts.fetchers,
-                    product_token=token, worker_id=f"crawl-{os.getpid()}")
+    worker = Worker(
+        StaticRouter(address),
+        fetcher,
+        warc=WarcWriter(opts.out / "warc"),
+        max_in_flight=opts.fetchers,
+        product_token=token,
+        worker_id=f"crawl-{os.getpid()}",
+    )
     progress = Progress(sys.stderr, opts.progress)
     finished = asyncio.Event()
 

@@ -41,6 +41,7 @@ import logging
 import math
 import random
 import re
+import signal
 import sys
 import threading
 import time
@@ -1465,6 +1466,11 @@ def sample_oracle(user_agent: str = "hostring") -> Oracle:
 # CLI
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    """Turn SIGTERM into KeyboardInterrupt so the `with LocalWeb` block unwinds."""
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     """python -m coordinator.localweb: serve a random (or the sample) web and print its origins."""
     ap = argparse.ArgumentParser(prog="python -m coordinator.localweb", description=main.__doc__)
@@ -1475,6 +1481,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--port", type=int, default=0, help="shared port (0: pick a free one)")
     ap.add_argument("--log", type=Path, default=None, help="append every request as a JSON line")
     args = ap.parse_args(argv)
+    # A background job may start with SIGINT ignored; Ctrl-C and SIGTERM both stop the web cleanly.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _interrupt)
     if args.sample:
         sites, oracle = sample_web(), sample_oracle()
     else:

@@ -66,12 +66,15 @@ return redis.call('INCR', KEYS[2])
 
 class RedisBackend:
     """Members in a hash and the epoch in an INCR counter, both under one hash tag so a Redis Cluster keeps them in
-    one slot and a commit is a single atomic script. Assumes one coordinator writes a namespace at a time."""
+    one slot and a commit is a single atomic script. Assumes one coordinator writes a namespace at a time.
 
-    def __init__(self, client: redis.Redis | RedisCluster, namespace: str = "hostring:coordinator") -> None:
+    Keys: `ns:{coordinator}:members` (hash node id -> {"address", "weight"} as JSON), `ns:{coordinator}:epoch`.
+    """
+
+    def __init__(self, client: redis.Redis | RedisCluster, namespace: str = "hostring") -> None:
         self._client = client
-        self._members_key = f"{{{namespace}}}:members"
-        self._epoch_key = f"{{{namespace}}}:epoch"
+        self._members_key = f"{namespace}:{{coordinator}}:members"
+        self._epoch_key = f"{namespace}:{{coordinator}}:epoch"
         self._commit = client.register_script(_COMMIT_LUA)
 
     def load(self) -> tuple[int, dict[str, Member]]:

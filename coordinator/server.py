@@ -74,7 +74,7 @@ class RunningCoordinator:
 
 
 def start_coordinator(listen: str, redis_url: str | None = None, heartbeat_timeout_s: float = 10.0, *,
-                      namespace: str = "hostring:coordinator", clock: Clock | None = None) -> RunningCoordinator:
+                      namespace: str = "hostring", clock: Clock | None = None) -> RunningCoordinator:
     """Serve the Coordinator service on `listen` (HOST:PORT, port 0 picks); membership in Redis if `redis_url`.
 
     Members loaded from Redis get one heartbeat timeout to be heard from again before they expire.

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import grpc
@@ -61,17 +61,21 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
     async def GetRing(self, request: pb.GetRingRequest, context: Context) -> pb.RingState:
         return self.state()
 
-    async def WatchRing(self, request: pb.WatchRequest, context: Context) -> AsyncIterator[pb.RingState]:
+    async def WatchRing(self, request: pb.WatchRequest, context: Context) -> None:
         known = request.known_epoch
         self.membership.observe_epoch(known)
         while True:
             async with self._changed:
                 await self._changed.wait_for(functools.partial(self._wake, known))
-            if self._closing:
+            if self._closing or context.done():
                 return
             state = self.state()
             known = state.epoch
-            yield state
+            try:
+                await context.write(state)
+            except Exception as e:  # the watcher went away while its update was on the way: nothing to do
+                log.debug("ring update to a departed watcher failed: %r", e)
+                return
 
     def _wake(self, known: int) -> bool:
         """Whether a watcher that has seen `known` has something to do: a newer epoch, or the end."""

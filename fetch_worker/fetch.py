@@ -27,16 +27,17 @@ whose `error_class` is one of the constants below ("" for a complete response).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import email.utils
 import math
 import ssl
 import time
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import AsyncGenerator, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import brotli
 import httpcore
@@ -83,6 +84,7 @@ ERROR_CLASSES = frozenset(
 TRUNCATED_LENGTH = "length"
 TRUNCATED_TIME = "time"
 TRUNCATED_DISCONNECT = "disconnect"
+TRUNCATED_UNSPECIFIED = "unspecified"
 
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 
@@ -492,7 +494,9 @@ class Fetcher:
     `fetch_robots` follows up to `limits.max_redirect_hops_robots` hops itself
     (RFC 9309 §2.3.1.2), every hop connecting through the same policy check.
     `ssl_context` replaces the default (certifi roots, hostname checked),
-    e.g. for an operator CA or for tests.
+    e.g. for an operator CA or for tests. Keep concurrent fetches at or below
+    `max_connections`: waiting for a pooled connection has no timeout of its
+    own and counts against `total_timeout_s`.
     """
 
     def __init__(
@@ -556,12 +560,14 @@ class Fetcher:
             headers["If-Modified-Since"] = last_modified
         return await self._fetch_once(url, headers, read_any=False, deadline=None)
 
-    async def fetch_robots(self, url: str) -> FetchResult:
+    async def fetch_robots(self, url: str, *, follow: bool = True) -> FetchResult:
         """GET a robots.txt, following up to the hop limit; `result.url` is the final URL.
 
         The whole chain shares one total timeout. A redirect to a non-HTTP(S)
         URL ends with "invalid_url"; one hop too many with "too_many_redirects"
         (the frontier then treats robots as unreachable or allow-all per RFC 9309).
+        With `follow=False` a redirect is returned as it is (status and Location), so the frontier can pace
+        each hop by its own host, as the fetch worker does.
         """
         deadline = time.monotonic() + self.limits.total_timeout_s
         headers = {"Accept": _ACCEPT_ROBOTS}
@@ -570,7 +576,7 @@ class Fetcher:
         while True:
             result = await self._fetch_once(current, headers, read_any=True, deadline=deadline)
             result.redirects = list(redirects)
-            if result.error_class or result.status not in REDIRECT_STATUSES or not result.location:
+            if result.error_class or result.status not in REDIRECT_STATUSES or not result.location or not follow:
                 return result
             if len(redirects) >= self.limits.max_redirect_hops_robots:
                 result.error_class = TOO_MANY_REDIRECTS
@@ -612,9 +618,11 @@ class Fetcher:
             result.error_class, result.error_detail = _classify(exc)
             if isinstance(exc, AddressRefused):
                 trace.remote_ip = exc.address
+            elif isinstance(exc, _DecodeError):
+                result.truncated = TRUNCATED_UNSPECIFIED
         finally:
             _TRACE.reset(token)
-        if result.error_class and progress.reading_body:
+        if result.error_class and progress.reading_body and not result.truncated:
             result.truncated = _truncation_for(result.error_class)
         if not result.remote_ip:
             result.remote_ip = trace.remote_ip
@@ -665,15 +673,17 @@ class Fetcher:
     async def _read_body(self, response: httpx.Response, progress: _Progress) -> None:
         decoder, encoded = _decoder_for(response.headers.get("content-encoding", ""))
         max_bytes = self.limits.max_bytes
-        async for chunk in response.aiter_raw():
-            over = progress.raw + len(chunk) - max_bytes
-            if over > 0:
-                chunk = chunk[: len(chunk) - over]
+        raw = cast(AsyncGenerator[bytes, None], response.aiter_raw())  # an async generator in httpx
+        async with contextlib.aclosing(raw) as chunks:
+            async for chunk in chunks:
+                over = progress.raw + len(chunk) - max_bytes
+                if over > 0:
+                    chunk = chunk[: len(chunk) - over]
+                    progress.raw += len(chunk)
+                    self._take(decoder.feed(chunk), progress, encoded)
+                    raise _Stop(TOO_LARGE, f"body exceeds {max_bytes} bytes on the wire")
                 progress.raw += len(chunk)
                 self._take(decoder.feed(chunk), progress, encoded)
-                raise _Stop(TOO_LARGE, f"body exceeds {max_bytes} bytes on the wire")
-            progress.raw += len(chunk)
-            self._take(decoder.feed(chunk), progress, encoded)
         self._take(decoder.finish(), progress, encoded)
 
     def _take(self, pieces: Iterator[bytes], progress: _Progress, encoded: bool) -> None:

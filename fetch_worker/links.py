@@ -147,7 +147,7 @@ def extract_links(
     canonical = ""
     tree = LexborHTMLParser(_parser_input(body, content_type))
     for node in tree.css(_SELECTOR):
-        attrs = node.attrs
+        attrs = node.attributes  # one dict per node: several times cheaper than node.attrs.get()
         tag = node.tag
         if tag == "meta":
             name = (attrs.get("name") or "").strip().lower()

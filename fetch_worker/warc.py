@@ -46,7 +46,7 @@ from warcio.statusandheaders import StatusAndHeaders
 from warcio.timeutils import datetime_to_iso_date
 from warcio.warcwriter import WARCWriter
 
-from fetch_worker.fetch import FetchResult
+from fetch_worker.fetch import TRUNCATED_UNSPECIFIED, FetchResult
 
 _ORIG = "X-Archive-Orig-"
 _NOT_STORED_AS_IS = frozenset({"content-encoding", "transfer-encoding"})
@@ -143,7 +143,7 @@ class WarcWriter:
         if not result.status:
             raise ValueError(f"no response to archive for {result.url} ({result.error_class})")
         warc_headers = self._common_warc_headers(result)
-        truncated = result.truncated or ("unspecified" if result.body_skipped else "")
+        truncated = result.truncated or (TRUNCATED_UNSPECIFIED if result.body_skipped else "")
         if truncated:
             warc_headers["WARC-Truncated"] = truncated
         response = self._builder.create_warc_record(

@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import grpc
-from hostring.fingerprint import body_digest, simhash64
 
 from fetch_worker.fetch import Fetcher, FetchResult, media_type
 from fetch_worker.links import extract_links
-from fetch_worker.warc import WarcWriter
+from fetch_worker.warc import WarcWriter, payload_digest
+from hostring.fingerprint import body_digest, simhash64
 from hostring.urls import UrlRejected, identify
 from hostring.v1 import frontier_pb2 as pb
 from hostring.v1 import frontier_pb2_grpc as pb_grpc
@@ -75,9 +75,18 @@ class WorkerStats:
 class Worker:
     """Leases items, fetches them with `Fetcher`, writes WARC records and reports outcomes."""
 
-    def __init__(self, router: Router, fetcher: Fetcher, *, warc: WarcWriter | None = None,
-                 worker_id: str = "", max_in_flight: int = 64, lease_batch: int = 32,
-                 product_token: str = "hostring", channel_options: Sequence[tuple[str, object]] = ()) -> None:
+    def __init__(
+        self,
+        router: Router,
+        fetcher: Fetcher,
+        *,
+        warc: WarcWriter | None = None,
+        worker_id: str = "",
+        max_in_flight: int = 64,
+        lease_batch: int = 32,
+        product_token: str = "hostring",
+        channel_options: Sequence[tuple[str, object]] = (),
+    ) -> None:
         self.router = router
         self.fetcher = fetcher
         self.warc = warc
@@ -131,7 +140,7 @@ class Worker:
                 if until_drained and not tasks and got == 0 and self.drained_nodes >= set(self.router.nodes()):
                     return
                 if got == 0 and tasks:
-                    done, _ = await asyncio.wait(tasks, timeout=0.05, return_when=asyncio.FIRST_COMPLETED)
+                    await asyncio.wait(tasks, timeout=0.05, return_when=asyncio.FIRST_COMPLETED)
         finally:
             await self._settle(tasks, grace_s)
 
@@ -169,7 +178,7 @@ class Worker:
         links: list[pb.Link] = []
         try:
             if item.kind == pb.ROBOTS:
-                result = await self.fetcher.fetch_robots(item.url)
+                result = await self.fetcher.fetch_robots(item.url, follow=False)
                 outcome = self._outcome(result)
                 outcome.robots_body = result.body[:ROBOTS_MAX_BYTES]
             else:
@@ -177,7 +186,7 @@ class Worker:
                 outcome = self._outcome(result)
                 links = self._links(item, result, outcome)
             if self.warc is not None and result.status:
-                outcome.evidence = self._archive(result, outcome.body_digest)
+                outcome.evidence = await asyncio.to_thread(self._archive, result)
             self.stats.bytes += result.decoded_bytes
             if result.error_class:
                 self.stats.errors[result.error_class] += 1
@@ -196,33 +205,55 @@ class Worker:
 
     def _outcome(self, r: FetchResult) -> pb.Outcome:
         return pb.Outcome(
-            status=r.status, error_class=r.error_class, error_detail=r.error_detail[:500],
-            retry_after_s=r.retry_after_s, location=r.location, content_type=r.content_type,
-            bytes=r.decoded_bytes, response_s=r.total_s, remote_ip=r.remote_ip, etag=r.etag,
+            status=r.status,
+            error_class=r.error_class,
+            error_detail=r.error_detail[:500],
+            retry_after_s=r.retry_after_s,
+            location=r.location,
+            content_type=r.content_type,
+            bytes=r.decoded_bytes,
+            response_s=r.total_s,
+            remote_ip=r.remote_ip,
+            etag=r.etag,
             last_modified=r.last_modified,
         )
 
     def _links(self, item: pb.LeaseItem, r: FetchResult, outcome: pb.Outcome) -> list[pb.Link]:
         """Digest and simhash the body, and turn its links (or a redirect's Location) into Link messages."""
         if 300 <= r.status < 400 and r.location:
-            return [pb.Link(observed=r.location, base_url=item.url, source_key=item.fetch_key, depth=item.depth,
-                            redirect_hops=item.redirect_hops + 1)]
+            return [
+                pb.Link(
+                    observed=r.location,
+                    base_url=item.url,
+                    source_key=item.fetch_key,
+                    depth=item.depth,
+                    redirect_hops=item.redirect_hops + 1,
+                )
+            ]
         if not r.body or r.error_class:
             return []
         outcome.body_digest = body_digest(r.body)
         outcome.simhash = simhash64(r.body[:_SIMHASH_TEXT].decode("utf-8", "replace"))
         if r.status >= 300 or media_type(r.content_type) not in self.fetcher.limits.parse_types:
             return []
-        extracted = extract_links(r.body, item.url, x_robots_tag=", ".join(r.header_values("x-robots-tag")),
-                                  product_token=self.product_token, content_type=r.content_type)
+        extracted = extract_links(
+            r.body,
+            item.url,
+            x_robots_tag=r.header_values("x-robots-tag"),
+            product_token=self.product_token,
+            content_type=r.content_type,
+        )
         outcome.nofollow, outcome.noindex = extracted.nofollow, extracted.noindex
         depth = item.depth + 1
-        return [pb.Link(observed=href, base_url=extracted.base_url, source_key=item.fetch_key, depth=depth)
-                for href in extracted.links]
+        return [
+            pb.Link(observed=href, base_url=extracted.base_url, source_key=item.fetch_key, depth=depth)
+            for href in extracted.links
+        ]
 
-    def _archive(self, r: FetchResult, digest: str) -> str:
-        """Write the fetch to WARC (a revisit record when this worker already stored the same body)."""
+    def _archive(self, r: FetchResult) -> str:
+        """Write the fetch to WARC (a revisit record when this worker already stored the same payload)."""
         assert self.warc is not None
+        digest = payload_digest(r.body) if r.body else ""
         earlier = self._written.get(digest) if digest else None
         if earlier is not None:
             return self.warc.write_revisit(r, refers_to=earlier[0], refers_to_uri=earlier[1], digest=digest)
@@ -234,8 +265,9 @@ class Worker:
         return record_id
 
     async def _complete(self, address: str, item: pb.LeaseItem, outcome: pb.Outcome, links: list[pb.Link]) -> None:
-        request = pb.CompleteRequest(lease_id=item.lease_id, generation=item.generation, outcome=outcome,
-                                     worker_id=self.worker_id, links=links)
+        request = pb.CompleteRequest(
+            lease_id=item.lease_id, generation=item.generation, outcome=outcome, worker_id=self.worker_id, links=links
+        )
         for attempt in range(5):
             try:
                 resp = await self.stub(address).Complete(request, timeout=30)
@@ -266,11 +298,13 @@ class Worker:
             pending = []
             for address, batch in by_owner.items():
                 for i in range(0, len(batch), _DISCOVER_BATCH):
-                    chunk = batch[i:i + _DISCOVER_BATCH]
-                    resp = await self.stub(address).Discover(pb.DiscoverRequest(links=chunk, worker_id=self.worker_id),
-                                                             timeout=30)
-                    pending += [link for link, v in zip(chunk, resp.verdicts, strict=True)
-                                if v.verdict == pb.WRONG_OWNER]
+                    chunk = batch[i : i + _DISCOVER_BATCH]
+                    resp = await self.stub(address).Discover(
+                        pb.DiscoverRequest(links=chunk, worker_id=self.worker_id), timeout=30
+                    )
+                    pending += [
+                        link for link, v in zip(chunk, resp.verdicts, strict=True) if v.verdict == pb.WRONG_OWNER
+                    ]
             if not pending:
                 return
             await self.router.refresh()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -24,8 +25,14 @@ _MAX_WAIT_S = 30.0
 class FrontierService(pb_grpc.FrontierServicer):
     """Serves one Frontier. Every call takes the one lock: the core is a plain single-threaded object."""
 
-    def __init__(self, frontier: Frontier, *, node_id: str = "node-0", epoch: Callable[[], int] = lambda: 0,
-                 lock: threading.Condition | None = None) -> None:
+    def __init__(
+        self,
+        frontier: Frontier,
+        *,
+        node_id: str = "node-0",
+        epoch: Callable[[], int] = lambda: 0,
+        lock: threading.Condition | None = None,
+    ) -> None:
         self.frontier = frontier
         self.node_id = node_id
         self.epoch = epoch
@@ -62,8 +69,9 @@ class FrontierService(pb_grpc.FrontierServicer):
                 self.cond.wait(min(remaining, nxt if nxt is not None else remaining, 1.0) + 0.001)
             nxt = self.frontier.next_event_in()
             drained = self.frontier.drained
-        resp = pb.LeaseResponse(ring_epoch=self.epoch(), drained=drained,
-                                next_ready_ms=int(nxt * 1000) if nxt is not None else 0)
+        resp = pb.LeaseResponse(
+            ring_epoch=self.epoch(), drained=drained, next_ready_ms=int(nxt * 1000) if nxt is not None else 0
+        )
         for item in items:
             resp.items.append(_lease_item(item))
         return resp
@@ -83,8 +91,14 @@ class FrontierService(pb_grpc.FrontierServicer):
             done = self.frontier.complete(request.lease_id, request.generation, request.outcome, request.links)
             self.frontier.store.flush()
             self.cond.notify_all()
-        return pb.CompleteResponse(accepted=done.accepted, state=done.state, follow_links=done.follow_links,
-                                   reason=done.reason, admitted=done.admitted, forward=done.forward)
+        return pb.CompleteResponse(
+            accepted=done.accepted,
+            state=done.state,
+            follow_links=done.follow_links,
+            reason=done.reason,
+            admitted=done.admitted,
+            forward=done.forward,
+        )
 
     # ------------------------------------------------------------------ inspection
 
@@ -93,11 +107,20 @@ class FrontierService(pb_grpc.FrontierServicer):
             s = self.frontier.stats()
             owned = len({h.domain for h in self.frontier.hosts.values()})
         return pb.StatsResponse(
-            node_id=self.node_id, ring_epoch=self.epoch(), run_id=str(s["run_id"]),
-            urls_by_state=s["urls_by_state"], hosts=s["hosts"], hosts_with_work=s["hosts_with_work"],
-            hosts_ready=s["hosts_ready"], in_flight=s["in_flight"], queued=s["queued"], seen=s["seen"],
-            discovered_by_verdict=s["discovered_by_verdict"], owned_domains=owned,
-            leases_granted=s["leases_granted"], leases_expired=s["leases_expired"],
+            node_id=self.node_id,
+            ring_epoch=self.epoch(),
+            run_id=str(s["run_id"]),
+            urls_by_state=s["urls_by_state"],
+            hosts=s["hosts"],
+            hosts_with_work=s["hosts_with_work"],
+            hosts_ready=s["hosts_ready"],
+            in_flight=s["in_flight"],
+            queued=s["queued"],
+            seen=s["seen"],
+            discovered_by_verdict=s["discovered_by_verdict"],
+            owned_domains=owned,
+            leases_granted=s["leases_granted"],
+            leases_expired=s["leases_expired"],
             completes_stale=s["completes_stale"],
         )
 
@@ -117,21 +140,36 @@ class FrontierService(pb_grpc.FrontierServicer):
 
     def GetUrl(self, request: pb.GetUrlRequest, context: grpc.ServicerContext) -> pb.UrlInfo:
         key = request.url
-        try:
+        with contextlib.suppress(UrlRejected):
             key = identify(request.url).fetch_key
-        except UrlRejected:
-            pass
         with self.cond:
             row = self.frontier.store.get(key)
             if row is None:
                 context.abort(grpc.StatusCode.NOT_FOUND, f"no such URL or fetch key on this node: {request.url!r}")
             history = self.frontier.store.history(key)
-        info = pb.UrlInfo(fetch_key=row.key, url=row.url, state=row.state.value, reason=row.reason,
-                          attempt=row.attempt, generation=row.generation, depth=row.depth)
+        info = pb.UrlInfo(
+            fetch_key=row.key,
+            url=row.url,
+            state=row.state.value,
+            reason=row.reason,
+            attempt=row.attempt,
+            generation=row.generation,
+            depth=row.depth,
+        )
         for e in history:
-            info.history.add(seq=e.seq, run_id=e.run_id, attempt=e.attempt, generation=e.generation,
-                             from_state=e.from_state, event=e.event, to_state=e.to_state, at=e.at,
-                             policy_version=e.policy_version, reason=e.reason, evidence=e.evidence)
+            info.history.add(
+                seq=e.seq,
+                run_id=e.run_id,
+                attempt=e.attempt,
+                generation=e.generation,
+                from_state=e.from_state,
+                event=e.event,
+                to_state=e.to_state,
+                at=e.at,
+                policy_version=e.policy_version,
+                reason=e.reason,
+                evidence=e.evidence,
+            )
         return info
 
     def PauseHost(self, request: pb.PauseHostRequest, context: grpc.ServicerContext) -> pb.HostInfo:
@@ -167,18 +205,34 @@ class FrontierService(pb_grpc.FrontierServicer):
         f = self.frontier
         policy = f.config.politeness
         return pb.HostInfo(
-            host=host.name, domain=host.domain, queued=host.queued, in_flight=host.in_flight,
-            concurrency=host.limit(policy), delay_s=host.delay(policy),
+            host=host.name,
+            domain=host.domain,
+            queued=host.queued,
+            in_flight=host.in_flight,
+            concurrency=host.limit(policy),
+            delay_s=host.delay(policy),
             min_delay_s=host.min_delay_s if host.min_delay_s >= 0 else policy.min_delay_s,
-            backoff=host.backoff, next_eligible_s=f._eligible_at(host) - f.clock.now(), paused=host.paused,
+            backoff=host.backoff,
+            next_eligible_s=f._eligible_at(host) - f.clock.now(),
+            paused=host.paused,
             robots="; ".join(f"{o}: {r.describe()}" for o, r in sorted(host.robots.items())),
-            fetched=host.fetched, errors=host.errors,
+            fetched=host.fetched,
+            errors=host.errors,
         )
 
 
 def _lease_item(item: Item) -> pb.LeaseItem:
     return pb.LeaseItem(
-        lease_id=item.key, generation=item.generation, deadline_ms=int(item.deadline * 1000), fetch_key=item.key,
-        url=item.url, kind=int(item.kind), etag=item.etag, last_modified=item.last_modified, depth=item.depth,
-        attempt=item.attempt, host=item.host, redirect_hops=item.redirect_hops,
+        lease_id=item.key,
+        generation=item.generation,
+        deadline_ms=int(item.deadline * 1000),
+        fetch_key=item.key,
+        url=item.url,
+        kind=int(item.kind),
+        etag=item.etag,
+        last_modified=item.last_modified,
+        depth=item.depth,
+        attempt=item.attempt,
+        host=item.host,
+        redirect_hops=item.redirect_hops,
     )

@@ -21,7 +21,9 @@ import idna
 from hostring.domains import registrable_domain
 
 __all__ = [
+    "DEFAULT_PORTS",
     "DEFAULT_QUERY_POLICY",
+    "WEB_SCHEMES",
     "ParamClass",
     "QueryPolicy",
     "RejectReason",
@@ -55,6 +57,8 @@ _NOT_CLEAN = re.compile(r"[^A-Za-z0-9\-._~!$&'()*+,;=:@/?]")
 _PCT_OR_NOT_CLEAN = re.compile(r"%[0-9A-Fa-f]{2}|[^A-Za-z0-9\-._~!$&'()*+,;=:@/?]")
 # "%7e" -> "~" (unreserved is decoded), "%2f" -> "%2F" (anything else keeps its escape, upper-cased).
 _PCT_TRIPLET: dict[str, str] = {f"%{i:02X}": (chr(i) if chr(i) in _UNRESERVED else f"%{i:02X}") for i in range(256)}
+# ASCII labels are checked like browsers do, not like IDNA: "_" and hyphens anywhere are real hosts
+# (my_host.example, r3---sn-x.googlevideo.com). Non-ASCII labels go through IDNA 2008 / UTS #46.
 _ASCII_HOST = re.compile(r"[a-z0-9_\-.]+")
 _MAX_LABEL = 63
 _MAX_HOST = 253
@@ -191,14 +195,9 @@ class UrlIdentity:
     fragment: str
 
 
-class _Parts(NamedTuple):
-    """The five RFC 3986 components; None means undefined, as distinct from empty."""
-
-    scheme: str | None
-    authority: str | None
-    path: str
-    query: str | None
-    fragment: str | None
+# The five RFC 3986 components (scheme, authority, path, query, fragment); None means undefined, as
+# distinct from empty. A plain tuple: it is built several times per link on the hot path.
+_Parts = tuple[str | None, str | None, str, str | None, str | None]
 
 
 class _Authority(NamedTuple):
@@ -227,7 +226,8 @@ def _split(reference: str) -> _Parts:
     """The five components of a URI reference."""
     m = _SPLIT.match(reference)
     assert m is not None
-    return _Parts(*m.groups())
+    scheme, authority, path, query, fragment = m.groups()
+    return scheme, authority, path, query, fragment
 
 
 def remove_dot_segments(path: str) -> str:
@@ -285,35 +285,34 @@ def _remove_dot_segments_buffer(path: str) -> str:
     return "".join(out)
 
 
-def _merge(base: _Parts, ref_path: str) -> str:
-    """RFC 3986 §5.2.3."""
-    if base.authority is not None and not base.path:
-        return "/" + ref_path
-    return base.path[: base.path.rfind("/") + 1] + ref_path
-
-
 def _transform(ref: _Parts, base: _Parts) -> _Parts:
     """RFC 3986 §5.2.2 for a reference without a (usable) scheme; the base supplies what is missing."""
-    if ref.authority is not None:
-        return _Parts(base.scheme, ref.authority, remove_dot_segments(ref.path), ref.query, ref.fragment)
-    if not ref.path:
-        query = ref.query if ref.query is not None else base.query
-        return _Parts(base.scheme, base.authority, base.path, query, ref.fragment)
-    path = ref.path if ref.path.startswith("/") else _merge(base, ref.path)
-    return _Parts(base.scheme, base.authority, remove_dot_segments(path), ref.query, ref.fragment)
+    _, authority, path, query, fragment = ref
+    base_scheme, base_authority, base_path, base_query, _ = base
+    if authority is not None:
+        return base_scheme, authority, remove_dot_segments(path), query, fragment
+    if not path:
+        return base_scheme, base_authority, base_path, base_query if query is None else query, fragment
+    if not path.startswith("/"):  # §5.2.3 merge
+        if base_authority is not None and not base_path:
+            path = "/" + path
+        else:
+            path = base_path[: base_path.rfind("/") + 1] + path
+    return base_scheme, base_authority, remove_dot_segments(path), query, fragment
 
 
-def _recompose(p: _Parts) -> str:
+def _recompose(parts: _Parts) -> str:
     """RFC 3986 §5.3."""
-    out = f"{p.scheme}:" if p.scheme is not None else ""
-    if p.authority is not None:
-        out += "//" + p.authority
-    out += p.path
-    if p.query is not None:
-        out += "?" + p.query
-    if p.fragment is not None:
-        out += "#" + p.fragment
-    return out
+    scheme, authority, path, query, fragment = parts
+    return "".join(
+        (
+            "" if scheme is None else scheme + ":",
+            "" if authority is None else "//" + authority,
+            path,
+            "" if query is None else "?" + query,
+            "" if fragment is None else "#" + fragment,
+        )
+    )
 
 
 def resolve(reference: str, base: str) -> str:
@@ -322,14 +321,12 @@ def resolve(reference: str, base: str) -> str:
     Raises ValueError when `base` has no scheme (it must be an absolute URI, §5.1).
     """
     b = _split(base)
-    if b.scheme is None:
+    if b[0] is None:
         raise ValueError(f"base URI must be absolute (have a scheme): {base!r}")
-    r = _split(reference)
-    if r.scheme is not None:
-        t = _Parts(r.scheme, r.authority, remove_dot_segments(r.path), r.query, r.fragment)
-    else:
-        t = _transform(r, b)
-    return _recompose(t)
+    scheme, authority, path, query, fragment = r = _split(reference)
+    if scheme is not None:
+        return _recompose((scheme, authority, remove_dot_segments(path), query, fragment))
+    return _recompose(_transform(r, b))
 
 
 # ---------------------------------------------------------------- hosts and ports
@@ -568,7 +565,7 @@ def _base_parts(base: str) -> _Parts | None:
     if scheme.lower() in _SPECIAL:
         rest = _special_authority(_unbackslash(rest))
     authority, path, query, _ = _split_rest(rest)
-    return _Parts(scheme, authority, path, query, None)
+    return scheme, authority, path, query, None
 
 
 def _resolve_lenient(ref: str, base: str, observed: str) -> _Parts:
@@ -579,23 +576,22 @@ def _resolve_lenient(ref: str, base: str, observed: str) -> _Parts:
         rest = ref[m.end() :]
         if scheme.lower() not in _SPECIAL:
             authority, path, query, fragment = _split_rest(rest)
-            return _Parts(scheme, authority, remove_dot_segments(path), query, fragment)
+            return scheme, authority, remove_dot_segments(path), query, fragment
         rest = _unbackslash(rest)
         b = _base_parts(base) if base and not rest.startswith("//") else None
-        if b is None or b.scheme is None or b.scheme.lower() != scheme.lower():
+        if b is None or b[0] is None or b[0].lower() != scheme.lower():
             authority, path, query, fragment = _split_rest(_special_authority(rest))
-            return _Parts(scheme, authority, remove_dot_segments(path), query, fragment)
+            return scheme, authority, remove_dot_segments(path), query, fragment
         ref = rest
     else:
         b = _base_parts(base) if base else None
-    if b is None:
+    if b is None or b[0] is None:
         raise UrlRejected(RejectReason.MALFORMED, observed, "relative reference without an absolute base")
-    assert b.scheme is not None
-    if b.scheme.lower() in _SPECIAL:
+    if b[0].lower() in _SPECIAL:
         ref = _unbackslash(ref)
         if ref.startswith("//"):
             ref = _special_authority(ref)
-    return _transform(_Parts(None, *_split_rest(ref)), b)
+    return _transform((None, *_split_rest(ref)), b)
 
 
 # A frozen dataclass sets each field through object.__setattr__ (about 1.5 µs for ten fields here); writing
@@ -656,11 +652,11 @@ def identify(
         b = _base_parts(base) if base else None
         if b is None:
             raise UrlRejected(RejectReason.MALFORMED, observed, "relative reference without an absolute base")
-        scheme, authority, path, query, fragment = parts = _transform(_Parts(None, authority, path, query, fragment), b)
+        scheme, authority, path, query, fragment = parts = _transform((None, authority, path, query, fragment), b)
         resolved = _recompose(parts)
     elif "/." in path:
         path = remove_dot_segments(path)
-        resolved = _recompose(_Parts(scheme, authority, path, query, fragment))
+        resolved = _recompose((scheme, authority, path, query, fragment))
     else:
         resolved = ref
     assert scheme is not None

@@ -38,6 +38,7 @@ class WebModel:
     robots_fail_first: dict[str, int]  # host -> transient 503s before the robots file answers
     seeds: list[PageId]
     response_s: dict[str, float]
+    robots_redirect: dict[str, str] = field(default_factory=dict)  # host -> host serving its robots rules
 
     def allowed(self, pid: PageId) -> bool:
         host, path = pid
@@ -100,8 +101,9 @@ def random_web(rng: random.Random, *, hosts: int = 4, pages: int = 6) -> WebMode
         if rng.random() < 0.2:
             robots_fail_first[h] = rng.randint(1, 2)
     seeds = rng.sample(all_ids, k=min(2, len(all_ids)))
+    redirects = {h: rng.choice(names) for h in names if robots_status[h] == 200 and rng.random() < 0.3}
     return WebModel(model_pages, disallow, robots_status, robots_fail_first, seeds,
-                    {h: rng.choice([0.01, 0.05, 0.2]) for h in names})
+                    {h: rng.choice([0.01, 0.05, 0.2]) for h in names}, redirects)
 
 
 def oracle(model: WebModel) -> tuple[set[PageId], set[PageId]]:
@@ -183,10 +185,17 @@ def simulate(frontier: Frontier, clock: VirtualClock, model: WebModel, rng: rand
 def _complete(frontier: Frontier, model: WebModel, item: Item, trace: Trace) -> None:
     host, _ = _path_of(item.url)
     if item.kind is Kind.ROBOTS:
-        status = model.robots_status.get(host, 404)
-        if item.attempt <= model.robots_fail_first.get(host, 0):
+        path = _path_of(item.url)[1]
+        home = path[len("/robots-for-"):-len(".txt")] if path.startswith("/robots-for-") else host
+        status = model.robots_status.get(home, 404)
+        if item.attempt <= model.robots_fail_first.get(home, 0):
             status = 503
-        body = "".join(f"User-agent: *\nDisallow: {p}\n" for p in model.disallow.get(host, [])) if status == 200 else ""
+        if status == 200 and home in model.robots_redirect and path == "/robots.txt":
+            target = f"http://{model.robots_redirect[home]}/robots-for-{home}.txt"
+            frontier.complete(item.key, item.generation, Outcome(status=301, location=target,
+                                                                 response_s=model.response_s[host]))
+            return
+        body = "".join(f"User-agent: *\nDisallow: {p}\n" for p in model.disallow.get(home, [])) if status == 200 else ""
         frontier.complete(item.key, item.generation, Outcome(status=status, robots_body=body.encode(),
                                                              response_s=model.response_s[host]))
         return

@@ -39,6 +39,12 @@ def test_rel_canonical_is_matched_as_a_token() -> None:
     assert result.canonical == "http://example.com/c"
 
 
+def test_upper_case_markup() -> None:
+    html = b"<BASE HREF=/b/><A HREF=/x>x</A><A HREF=/y REL=NOFOLLOW>y</A><META NAME=ROBOTS CONTENT=NOINDEX>"
+    result = extract_links(html, PAGE)
+    assert (result.links, result.base_url, result.noindex) == (["/x"], "http://example.com/b/", True)
+
+
 def test_base_href_sets_the_base_first_one_wins() -> None:
     html = '<head><base href="../other/"><base href="http://elsewhere.test/"></head><a href="x">x</a>'
     result = extract_links(html.encode(), PAGE)

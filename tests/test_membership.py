@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Mapping
 
 import pytest
 import redis
@@ -11,8 +10,6 @@ import redis
 from coordinator.membership import Membership, MemoryBackend, RedisBackend
 from hostring.clock import VirtualClock
 from hostring.ring import Member
-
-pytest_plugins = ["tests.redis_fixtures"]
 
 TIMEOUT = 10.0
 
@@ -25,13 +22,6 @@ def clock() -> VirtualClock:
 @pytest.fixture
 def ms(clock: VirtualClock) -> Membership:
     return Membership(clock, heartbeat_timeout_s=TIMEOUT, backend=MemoryBackend())
-
-
-@pytest.fixture
-def redis_client(redis_url: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(redis_url)
-    yield client
-    client.close()
 
 
 def test_starts_empty_at_epoch_zero(ms: Membership) -> None:
@@ -147,10 +137,11 @@ def test_a_stalled_coordinator_grants_grace_instead_of_expiring_everyone(clock: 
         assert ms.expire() == []
     clock.advance(60)  # nothing checked for a minute: the coordinator, not the node, was away
     assert ms.expire() == []
-    clock.advance(TIMEOUT)  # regular checks again, and still silent: now it goes
-    for _ in range(int(TIMEOUT)):
+    expired: list[str] = []
+    for _ in range(int(TIMEOUT) + 1):  # regular checks again, and still silent: now it goes
         clock.advance(1)
-        ms.expire()
+        expired += ms.expire()
+    assert expired == ["a"]
     assert ms.epoch == 2 and len(ms.ring()) == 0
 
 
@@ -188,8 +179,9 @@ def test_memory_backend_outlives_one_membership(clock: VirtualClock) -> None:
     assert again.epoch == 1 and set(again.ring().members) == {"a"}
 
 
-def test_redis_membership_survives_a_restart(redis_client: redis.Redis, clock: VirtualClock) -> None:
-    ns = f"test-{uuid.uuid4().hex}"
+def test_redis_membership_survives_a_restart(redis_client: redis.Redis, redis_namespace: str,
+                                            clock: VirtualClock) -> None:
+    ns = redis_namespace
     first = Membership(clock, heartbeat_timeout_s=TIMEOUT, backend=RedisBackend(redis_client, ns))
     first.register("a", "h:1")
     first.register("b", "h:2", 3)
@@ -214,18 +206,20 @@ def test_redis_membership_survives_a_restart(redis_client: redis.Redis, clock: V
     assert third.epoch == 6 and set(third.ring().members) == {"a", "d"}
 
 
-def test_redis_epoch_floor_and_namespaces(redis_client: redis.Redis, clock: VirtualClock) -> None:
-    ns = f"test-{uuid.uuid4().hex}"
+def test_redis_epoch_floor_and_namespaces(redis_client: redis.Redis, redis_namespace: str,
+                                          clock: VirtualClock) -> None:
+    ns = redis_namespace
     ms = Membership(clock, heartbeat_timeout_s=TIMEOUT, backend=RedisBackend(redis_client, ns))
     ms.register("a", "h:1", known_epoch=10**15)  # large enough that Lua would print it as 1e+15
     assert ms.epoch == 10**15 + 1
-    assert int(redis_client.get(f"{{{ns}}}:epoch") or 0) == 10**15 + 1
-    other = Membership(clock, heartbeat_timeout_s=TIMEOUT, backend=RedisBackend(redis_client, ns + "-other"))
+    assert int(redis_client.get(f"{ns}:{{coordinator}}:epoch") or 0) == 10**15 + 1
+    other = Membership(clock, heartbeat_timeout_s=TIMEOUT, backend=RedisBackend(redis_client, ns + ":other"))
     assert other.epoch == 0 and len(other.ring()) == 0
 
 
-def test_redis_backend_reads_decoded_clients(redis_url: str, clock: VirtualClock) -> None:
-    ns = f"test-{uuid.uuid4().hex}"
+def test_redis_backend_reads_decoded_clients(redis_url: str, redis_client: redis.Redis, redis_namespace: str,
+                                             clock: VirtualClock) -> None:
+    ns = redis_namespace  # redis_client deletes the namespace afterwards
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     try:
         Membership(clock, heartbeat_timeout_s=TIMEOUT, backend=RedisBackend(client, ns)).register("a", "h:1", 2)

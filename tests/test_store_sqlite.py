@@ -61,8 +61,11 @@ def snapshot(store: Store, keys: list[str], hosts: list[str], metas: list[str]) 
         "max_seqs": store.max_seqs(),
     }
     for k in keys:
-        out[f"get:{k}"] = store.get(k)
+        item = out[f"get:{k}"] = store.get(k)
         out[f"history:{k}"] = store.history(k)
+        if item is not None:  # the strict bound: starting from an existing item's own order excludes it
+            out[f"backlog_after:{k}"] = store.backlog(item.host, item.order, 3)
+            out[f"backlog_before:{k}"] = store.backlog(item.host, (item.priority, item.seq - 1), 2)
     for h in hosts:
         out[f"backlog:{h}"] = store.backlog(h, (-(10**9), -1), 1000)
     for m in metas:
@@ -208,7 +211,14 @@ ops = st.lists(
         ),
         st.tuples(st.just("meta"), st.sampled_from(METAS), small_text),
         st.tuples(st.just("flush")),
-        st.tuples(st.just("backlog"), st.sampled_from(HOSTS), st.integers(-3, 3), st.integers(0, 30), st.integers(0, 8)),
+        st.tuples(
+            st.just("backlog"),
+            st.sampled_from(HOSTS),
+            st.integers(0, len(KEYS) - 1),
+            st.integers(-1, 1),
+            st.integers(-1, 1),
+            st.integers(0, 8),
+        ),
         st.tuples(st.just("get"), st.integers(0, len(KEYS) - 1)),
     ),
     max_size=40,
@@ -222,6 +232,7 @@ class Driver:
         self.jseq = 0
         self.iseq = 0
         self.item_seq: dict[str, int] = {}
+        self.order: dict[str, tuple[int, int]] = {}
 
     def apply(self, store: Store, op: tuple[Any, ...]) -> object:
         kind = op[0]
@@ -232,8 +243,11 @@ class Driver:
                 self.iseq += 1
                 self.item_seq[key] = self.iseq
             self.jseq += 1
-            it = make_item(key, host, prio, self.item_seq[key], state, **{n: v for n, v in extra.items() if n != "kind"})
+            it = make_item(
+                key, host, prio, self.item_seq[key], state, **{n: v for n, v in extra.items() if n != "kind"}
+            )
             it.kind = extra["kind"]
+            self.order[key] = it.order
             store.record(make_entry(self.jseq, key, "scheduled", "lease", state.value, data=data), it)
         elif kind == "note":
             self.jseq += 1
@@ -244,8 +258,10 @@ class Driver:
             store.set_meta(op[1], op[2])
         elif kind == "flush":
             store.flush()
-        elif kind == "backlog":
-            return store.backlog(op[1], (op[2], op[3]), op[4])
+        elif kind == "backlog":  # `after` lands on, just below or just above a known item's order
+            _, host, k, dp, ds, limit = op
+            prio, seq = self.order.get(KEYS[k], (0, 0))
+            return store.backlog(host, (prio + dp, seq + ds), limit)
         elif kind == "get":
             return store.get(KEYS[op[1]])
         return None
@@ -575,4 +591,3 @@ def test_print_flush_throughput(tmp_path: Path, capsys: pytest.CaptureFixture[st
             f"\n[sqlite store] flush of {batches} batches x 256 links (2 journal + 1 item row each, hosts spread "
             f"over 10k): {rows / spent:,.0f} rows/s = {batches * 256 / spent:,.0f} links/s"
         )
-

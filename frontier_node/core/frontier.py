@@ -71,7 +71,9 @@ class Frontier:
         self.config = config or FrontierConfig()
         self.owns = owns or (lambda domain: True)
         self.rng = rng or random.Random()
-        self.robots_policy = RobotsPolicy(self.config.user_agent, max_crawl_delay_s=self.config.politeness.crawl_delay_cap_s)
+        self.robots_policy = RobotsPolicy(
+            self.config.user_agent, max_crawl_delay_s=self.config.politeness.crawl_delay_cap_s
+        )
         self.hosts: dict[str, Host] = {}
         self.ready: list[tuple[float, int, str]] = []
         self.leased: dict[str, Item] = {}
@@ -140,8 +142,19 @@ class Frontier:
             seen.add(h)
             self.budgets.charge(ident.url, ident.host, domain)
             self.item_seq += 1
-            item = Item(key, ident.url, ident.host, ident.origin, domain, Kind.PAGE, link.depth, link.priority,
-                        self.item_seq, link.redirect_hops, source=link.source_key)
+            item = Item(
+                key,
+                ident.url,
+                ident.host,
+                ident.origin,
+                domain,
+                Kind.PAGE,
+                link.depth,
+                link.priority,
+                self.item_seq,
+                link.redirect_hops,
+                source=link.source_key,
+            )
             self._admit(item)
             self.verdicts[("admitted", "")] += 1
             append(LinkVerdict(Verdict.ADMITTED, "", key, domain))
@@ -166,7 +179,9 @@ class Frontier:
             self.scope_hosts.add(host)
         for domain in domains:
             self.scope_domains.add(domain)
-        self.store.set_meta("scope", json.dumps({"hosts": sorted(self.scope_hosts), "domains": sorted(self.scope_domains)}))
+        self.store.set_meta(
+            "scope", json.dumps({"hosts": sorted(self.scope_hosts), "domains": sorted(self.scope_domains)})
+        )
 
     def _widen_scope(self, host: str, domain: str) -> None:
         if host not in self.scope_hosts or domain not in self.scope_domains:
@@ -174,8 +189,19 @@ class Frontier:
 
     def _reject(self, key: str, url: str, host: str, origin: str, domain: str, link: LinkLike, reason: str) -> None:
         self.item_seq += 1
-        item = Item(key, url, host, origin, domain, Kind.PAGE, link.depth, link.priority, self.item_seq,
-                    link.redirect_hops, source=link.source_key)
+        item = Item(
+            key,
+            url,
+            host,
+            origin,
+            domain,
+            Kind.PAGE,
+            link.depth,
+            link.priority,
+            self.item_seq,
+            link.redirect_hops,
+            source=link.source_key,
+        )
         self._move(item, Event.REJECT, reason, data=pack_admit(item))
 
     def _admit(self, item: Item) -> None:
@@ -242,7 +268,7 @@ class Frontier:
             self.ip_waiters.setdefault(host.ip, set()).add(host.name)
             return None
         for robots in host.robots_items.values():
-            if robots.state is State.SCHEDULED:
+            if robots.state is State.SCHEDULED and robots.host == host.name:
                 return robots
         while True:
             item = host.peek()
@@ -269,8 +295,9 @@ class Frontier:
             self._admit_robots(host, origin)
             robots = host.robots_items[origin]
         elif robots.state is State.FETCHED:
-            self._move(robots, Event.REVISIT, "robots_expired")
-        return robots if robots.state is State.SCHEDULED else None
+            robots.url, robots.host, robots.redirect_hops, robots.source = robots_url(origin), host.name, 0, ""
+            self._move(robots, Event.REVISIT, "robots_expired", data=pack_admit(robots))
+        return robots if robots.state is State.SCHEDULED and robots.host == host.name else None
 
     def _grant(self, item: Item, host: Host, now: float, worker_id: str) -> None:
         item.generation += 1
@@ -314,6 +341,9 @@ class Frontier:
             host.ip = outcome.remote_ip
         if item.kind is Kind.ROBOTS:
             done = self._complete_robots(item, host, outcome, now)
+            home = self._robots_home(item)
+            if home is not host:
+                self._wake(home, self._eligible_at(home))
         else:
             done = self._complete_page(item, host, outcome, now)
         if host.ip:
@@ -332,10 +362,22 @@ class Frontier:
         state = row.state if row else State.DISCOVERED
         self.events["late_evidence"] += 1
         self.journal_seq += 1
-        self.store.note(Entry(self.journal_seq, self.run_id, key, row.attempt if row else 0, generation,
-                              state.value, Event.LATE_EVIDENCE.value, state.value, self.clock.now(),
-                              self.config.policy_version, f"{reason} status={outcome.status} {outcome.error_class}".strip(),
-                              outcome.evidence))
+        self.store.note(
+            Entry(
+                self.journal_seq,
+                self.run_id,
+                key,
+                row.attempt if row else 0,
+                generation,
+                state.value,
+                Event.LATE_EVIDENCE.value,
+                state.value,
+                self.clock.now(),
+                self.config.policy_version,
+                f"{reason} status={outcome.status} {outcome.error_class}".strip(),
+                outcome.evidence,
+            )
+        )
         return Completion(False, state.value, False, reason)
 
     def _release(self, host: Host, now: float) -> None:
@@ -394,28 +436,65 @@ class Frontier:
         self.waiting[item.key] = item
         heapq.heappush(self.retries, (item.due_at, item.key, item.generation))
 
+    def _robots_home(self, item: Item) -> Host:
+        """The host whose origin a robots item is for (it differs from item.host while following a redirect)."""
+        return self.hosts[item.source] if item.source else self.hosts[item.host]
+
     def _complete_robots(self, item: Item, host: Host, outcome: OutcomeLike, now: float) -> Completion:
-        record = self.robots_policy.from_outcome(
-            item.origin, status=outcome.status, body=bytes(outcome.robots_body), error_class=outcome.error_class, now=now
-        )
-        host.robots[item.origin] = record
-        self.store.save_robots(item.origin, host.name, record.to_dict())
         policy = self.config.politeness
-        troubled = bool(outcome.error_class) or outcome.status in OVERLOAD_STATUSES or outcome.status >= 500
-        if troubled:
+        status, error_class = outcome.status, outcome.error_class
+        if error_class or status in OVERLOAD_STATUSES or status >= 500:
             host.on_trouble(now, outcome.retry_after_s, policy)
         else:
             host.on_response(outcome.response_s, now, policy)
-        item.status, item.evidence = outcome.status, outcome.evidence
-        reason = outcome.error_class or f"robots_{outcome.status}"
+        item.status, item.evidence = status, outcome.evidence
+        home = self._robots_home(item)
+        redirected = 300 <= status < 400 and bool(outcome.location) and not error_class
+        if redirected and item.redirect_hops < self.config.max_redirect_hops:
+            hop = self._robots_hop(item, host, home, outcome.location)
+            if hop:
+                return Completion(True, item.state.value, False, hop)
+        record = self.robots_policy.from_outcome(
+            item.origin, status=status, body=bytes(outcome.robots_body), error_class=error_class, now=now
+        )
+        home.robots[item.origin] = record
+        self.store.save_robots(item.origin, home.name, record.to_dict())
+        reason = error_class or f"robots_{status}"
         if record.verdict is not RobotsVerdict.DISALLOW_ALL:
             self._move(item, Event.COMPLETE, reason, outcome.evidence)
-        elif item.attempt >= self.config.retry.robots_max_attempts:
+        elif classify(status, error_class).action is Action.FAIL:
+            self._move(item, Event.FAIL, reason, outcome.evidence)
+            self._abandon(home, item.origin, error_class or "robots_unavailable")
+        elif item.attempt - item.redirect_hops >= self.config.retry.robots_max_attempts:
             self._move(item, Event.FAIL, f"robots_unavailable:{reason}", outcome.evidence)
-            self._abandon(host, item.origin, "robots_unavailable")
+            self._abandon(home, item.origin, "robots_unavailable")
         else:
             self._retry_later(item, now, reason, outcome)
+        if item.state is not State.RETRYABLE and host is not home:
+            host.robots_items.pop(item.origin, None)
         return Completion(True, item.state.value, False, reason)
+
+    def _robots_hop(self, item: Item, host: Host, home: Host, location: str) -> str:
+        """Send a robots item to its redirect target's host queue; the reason, or '' when the target is unusable."""
+        try:
+            target = identify(location, item.url, max_length=self.config.budgets.max_url_length)
+        except UrlRejected:
+            return ""
+        if host is not home:
+            host.robots_items.pop(item.origin, None)
+        item.url, item.redirect_hops, item.source, item.host = (
+            target.url,
+            item.redirect_hops + 1,
+            home.name,
+            target.host,
+        )
+        hop_host = self._host(target.host, target.domain)
+        reason = f"robots_redirect -> {target.url[:200]}"
+        self._move(item, Event.REDIRECT, reason, data=pack_admit(item))
+        if hop_host is not home:
+            hop_host.robots_items[item.origin] = item
+        self._wake(hop_host, self._eligible_at(hop_host))
+        return reason
 
     # ================================================================== giving up
 
@@ -425,16 +504,27 @@ class Frontier:
         self._drain_queue(host, reason, lambda it: it.origin == origin)
 
     def _give_up(self, host: Host, reason: str) -> None:
-        """A host that keeps failing: its queue is suppressed and its waiting retries fail, with the reason."""
+        """A host that keeps failing: its queue is suppressed and its waiting retries fail, with the reason.
+
+        Robots items it held for other origins (redirect hops) end too, and so do those origins' pages.
+        """
         host.gave_up = reason
         self.abandoned[host.name] = reason
         self._drain_queue(host, reason, lambda it: True)
+        lost: list[Item] = []
         for item in [it for it in self.waiting.values() if it.host == host.name]:
             del self.waiting[item.key]
             self._move(item, Event.GIVE_UP, reason)
-        for robots in host.robots_items.values():
-            if robots.state is State.SCHEDULED:
+            if item.kind is Kind.ROBOTS:
+                lost.append(item)
+        for robots in list(host.robots_items.values()):
+            if robots.state is State.SCHEDULED and robots.host == host.name:
                 self._move(robots, Event.SUPPRESS, reason)
+                lost.append(robots)
+        for robots in lost:
+            home = self._robots_home(robots)
+            if home is not host:
+                self._abandon(home, robots.origin, reason)
 
     def _drain_queue(self, host: Host, reason: str, which: Callable[[Item], bool]) -> None:
         if host.overflow:
@@ -451,7 +541,7 @@ class Frontier:
         now = self.clock.now() if now is None else now
         deadlines = self.deadlines
         while deadlines and deadlines[0][0] <= now:
-            deadline, key, generation = heapq.heappop(deadlines)
+            _, key, generation = heapq.heappop(deadlines)
             item = self.leased.get(key)
             if item is None or item.generation != generation or item.deadline > now:
                 continue
@@ -564,8 +654,21 @@ class Frontier:
         counts[after.value] += 1
         self.journal_seq += 1
         self.store.record(
-            Entry(self.journal_seq, self.run_id, item.key, item.attempt, item.generation, before.value,
-                  event.value, after.value, self.clock.now(), self.config.policy_version, reason, evidence, data),
+            Entry(
+                self.journal_seq,
+                self.run_id,
+                item.key,
+                item.attempt,
+                item.generation,
+                before.value,
+                event.value,
+                after.value,
+                self.clock.now(),
+                self.config.policy_version,
+                reason,
+                evidence,
+                data,
+            ),
             item,
         )
 
@@ -591,10 +694,12 @@ class Frontier:
             host = self._host(item.host, item.domain)
             host.domain = item.domain
             if item.kind is Kind.ROBOTS:
-                if item.state is not State.FAILED:
+                if item.state is State.FAILED or item.state is State.SUPPRESSED:
+                    self.abandoned[item.origin] = item.reason.split(":")[0] or "robots_unavailable"
+                else:
                     host.robots_items[item.origin] = item
-                elif item.reason.startswith("robots_unavailable"):
-                    self.abandoned[item.origin] = "robots_unavailable"
+                    if item.source and item.source != item.host:
+                        self._host(item.source, item.domain).robots_items[item.origin] = item
             elif item.state is not State.REJECTED:
                 self.budgets.charge(item.url, item.host, item.domain)
                 if item.state is State.SCHEDULED:
@@ -624,8 +729,11 @@ class Frontier:
             "urls_by_state": {k: v for k, v in self.state_counts.items() if v},
             "hosts": len(self.hosts),
             "hosts_with_work": len(with_work),
-            "hosts_ready": sum(1 for h in with_work if not h.paused and h.in_flight < h.limit(self.config.politeness)
-                               and self._eligible_at(h) <= now),
+            "hosts_ready": sum(
+                1
+                for h in with_work
+                if not h.paused and h.in_flight < h.limit(self.config.politeness) and self._eligible_at(h) <= now
+            ),
             "in_flight": len(self.leased),
             "queued": self.state_counts["scheduled"],
             "seen": len(self.seen),

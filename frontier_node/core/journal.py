@@ -13,7 +13,7 @@ ADMIT_FIELDS = ("url", "host", "origin", "domain", "kind", "depth", "priority", 
 
 
 def pack_admit(item: Item) -> str:
-    """The `data` of an admit line: everything replay needs to rebuild the item."""
+    """The `data` of an admit line (and of lines that move an item elsewhere): what replay needs to rebuild it."""
     return "\t".join(
         (item.url, item.host, item.origin, item.domain, str(int(item.kind)), str(item.depth),
          str(item.priority), str(item.seq), str(item.redirect_hops), item.source)
@@ -47,9 +47,9 @@ def replay(entries: Iterable[Entry]) -> dict[str, Replayed]:
         if event is Event.LATE_EVIDENCE:
             continue
         if cur is None:
-            start = State(e.from_state)
-            item = unpack_admit(e.key, e.data) if e.data else None
-            cur = out[e.key] = Replayed(item, start, 0, 0, "")
+            cur = out[e.key] = Replayed(None, State(e.from_state), 0, 0, "")
+        if e.data:
+            cur.item = unpack_admit(e.key, e.data)
         if State(e.from_state) is not cur.state:
             raise ValueError(f"journal line {e.seq} moves {e.key} from {e.from_state}, but replay has {cur.state}")
         cur.state = next_state(cur.state, event, e.key)

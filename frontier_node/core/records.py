@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import enum
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
@@ -99,7 +100,7 @@ class OutcomeLike(Protocol):
     @property
     def last_modified(self) -> str: ...
     @property
-    def robots_body(self) -> bytes: ...
+    def robots_body(self) -> builtins.bytes: ...
     @property
     def nofollow(self) -> bool: ...
     @property
@@ -124,7 +125,7 @@ class Outcome:
     remote_ip: str = ""
     etag: str = ""
     last_modified: str = ""
-    robots_body: bytes = b""
+    robots_body: builtins.bytes = b""
     nofollow: bool = False
     noindex: bool = False
 

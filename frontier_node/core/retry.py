@@ -48,5 +48,5 @@ def classify(status: int, error_class: str) -> Disposition:
 
 def backoff_s(attempt: int, config: RetryConfig, rng: random.Random) -> float:
     """Delay before attempt `attempt + 1`: base x 2^(attempt-1), capped, times 1 + jitter in [0, config.jitter]."""
-    base = min(config.cap_s, config.base_s * (2 ** max(0, attempt - 1)))
+    base = min(config.cap_s, config.base_s * 2.0 ** max(0, attempt - 1))
     return base * (1.0 + rng.uniform(0.0, config.jitter))

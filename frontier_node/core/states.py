@@ -34,6 +34,9 @@ class Event(enum.StrEnum):
     SUPPRESS = "suppress"
     GIVE_UP = "give_up"
     REVISIT = "revisit"
+    # A robots.txt answered with a redirect: the same item goes back to the queue of the target's host, so the
+    # next hop is paced by that host's politeness (RFC 9309 asks crawlers to follow up to five hops).
+    REDIRECT = "redirect"
     # An observation, not a move: a stale Complete kept as late evidence. Legal in every state, changes none.
     LATE_EVIDENCE = "late_evidence"
 
@@ -48,6 +51,7 @@ TRANSITIONS: dict[tuple[State, Event], State] = {
     (State.LEASED, Event.RETRY): State.RETRYABLE,
     (State.LEASED, Event.FAIL): State.FAILED,
     (State.LEASED, Event.EXPIRE): State.SCHEDULED,
+    (State.LEASED, Event.REDIRECT): State.SCHEDULED,
     (State.RETRYABLE, Event.RESCHEDULE): State.SCHEDULED,
     (State.RETRYABLE, Event.GIVE_UP): State.FAILED,
     (State.FETCHED, Event.REVISIT): State.SCHEDULED,

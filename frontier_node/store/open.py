@@ -34,9 +34,7 @@ def open_store(url: str, *, batch_rows: int = 0) -> Store:
     """Open the store a URL names; ValueError for an unknown scheme or a malformed URL."""
     if url.startswith("sqlite:"):
         if not url.startswith("sqlite:///"):
-            raise ValueError(
-                f"malformed sqlite URL {url!r}: use sqlite:///relative/path or sqlite:////absolute/path"
-            )
+            raise ValueError(f"malformed sqlite URL {url!r}: use sqlite:///relative/path or sqlite:////absolute/path")
         path = sqlite_path(url)
         path.parent.mkdir(parents=True, exist_ok=True)
         return SqliteStore(path, batch_rows=batch_rows)

@@ -3,11 +3,11 @@
 Key layout (`ns` is the namespace; the part in braces is the Redis Cluster hash tag):
 
     ns:{d:<domain>}:fence         hash  owner, epoch: who may write this domain, as of which ring epoch
-    ns:{d:<domain>}:items         hash  fetch key -> packed row "state␟host␟order␟json"
+    ns:{d:<domain>}:items         hash  fetch key -> packed row "state␟host␟order␟first␟json"
     ns:{d:<domain>}:q:<host>      zset  backlog of scheduled items, all scores 0, member "order:key"
     ns:{d:<domain>}:sched         hash  host -> number of scheduled items (scheduled_counts without scans)
     ns:{d:<domain>}:states        hash  state -> number of rows (counts_by_state without scans)
-    ns:{d:<domain>}:robots        hash  origin -> "host␟json"
+    ns:{d:<domain>}:robots        hash  origin -> "first␟host␟json"
     ns:{d:<domain>}:j:<writer>    zset  journal lines written by node <writer>, all scores 0, member "seq json"
     ns:{d:<domain>}:writers       set   node ids that ever wrote journal lines to this domain
     ns:{d:<domain>}:meta          hash  jmax, imax: highest journal and item seq (zero-padded) seen here
@@ -20,6 +20,9 @@ Ordering: `order` is `f"{priority + 2**63:020d}:{seq:020d}"`, so plain byte orde
 (priority, seq) order for every signed 64-bit priority and every seq below 10**20, with the key as last
 tie-break; a backlog page is one ZRANGEBYLEX. A double score could not do this (53 bits for two numbers).
 Journal members start with the 20-digit seq, so one writer's lines are a ZRANGEBYLEX range as well.
+`first` orders scans as the reference store's dicts do (first write first): for a row, the seq of the first
+journal line that wrote it; for a robots record, a nanosecond clock reading of its first save. The write script
+keeps the stored `first` when it replaces a row or record.
 
 Fencing: every flush writes each domain with one Lua script (EVALSHA, all keys in the domain's slot) that
 first reads the fence: the batch is refused whole when the fence epoch is greater than the writer's, or equal
@@ -35,7 +38,9 @@ along a domain's writes and one owner per epoch, so that order is the order the 
 
 Reads: point reads (`get`, `backlog`, `history`) go to the key's domain. Scans (`items`, `scheduled_counts`,
 `counts_by_state`, `robots_records`) cover the domains this node holds: those in its domain set whose fence
-names it, so a restarted node never reloads a domain another node took.
+names it, so a restarted node never reloads a domain another node took. `items()` and `robots_records()` are
+snapshots taken at the call, as in the other stores: they read every matching row before yielding the first
+(packed text, decoded lazily), so a restart holds the packed rows of the node's domains in memory once.
 
 Handoff: nodes share one Redis, so the new owner calls `adopt_domain()`: it claims the fence first (the old
 owner is locked out from that moment, so the read that follows is stable) and returns the domain's rows and
@@ -50,6 +55,7 @@ import hashlib
 import heapq
 import json
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -122,19 +128,22 @@ for f, v in pairs({jmax = ARGV[8], imax = ARGV[9]}) do
     if not cur or v > cur then redis.call('HSET', KEYS[3], f, v) end
   end
 end
-local pat = '^([^\031]*)\031([^\031]*)\031([^\031]*)\031'
+local pat = '^([^\031]*)\031([^\031]*)\031([^\031]*)\031([^\031]*)\031()'
 for _ = 1, nrows do
   local key, value = ARGV[i], ARGV[i + 1]
   i = i + 2
+  local ns, nh, no, nf, rest = string.match(value, pat)
   local old = redis.call('HGET', KEYS[2], key)
   if old then
-    local os, oh, oo = string.match(old, pat)
+    local os, oh, oo, of = string.match(old, pat)
     if redis.call('HINCRBY', KEYS[4], os, -1) <= 0 then redis.call('HDEL', KEYS[4], os) end
     if os == 'scheduled' and redis.call('ZREM', qprefix .. oh, oo .. ':' .. key) == 1 then
       if redis.call('HINCRBY', KEYS[5], oh, -1) <= 0 then redis.call('HDEL', KEYS[5], oh) end
     end
+    if of ~= nf then
+      value = ns .. '\031' .. nh .. '\031' .. no .. '\031' .. of .. '\031' .. string.sub(value, rest)
+    end
   end
-  local ns, nh, no = string.match(value, pat)
   redis.call('HSET', KEYS[2], key, value)
   redis.call('HINCRBY', KEYS[4], ns, 1)
   if ns == 'scheduled' and redis.call('ZADD', qprefix .. nh, 0, no .. ':' .. key) == 1 then
@@ -142,8 +151,15 @@ for _ = 1, nrows do
   end
 end
 for _ = 1, nrobots do
-  redis.call('HSET', KEYS[6], ARGV[i], ARGV[i + 1])
+  local origin, value = ARGV[i], ARGV[i + 1]
   i = i + 2
+  local old = redis.call('HGET', KEYS[6], origin)
+  if old then
+    local of = string.match(old, '^([^\031]*)\031')
+    local nf, rest = string.match(value, '^([^\031]*)\031()')
+    if of ~= nf then value = of .. '\031' .. string.sub(value, rest) end
+  end
+  redis.call('HSET', KEYS[6], origin, value)
 end
 return {1}
 """
@@ -210,6 +226,7 @@ class _Batch:
 
     entries: list[Entry] = field(default_factory=list)
     rows: dict[str, str] = field(default_factory=dict)
+    first: dict[str, int] = field(default_factory=dict)
     hosts: set[str] = field(default_factory=set)
     robots: dict[str, str] = field(default_factory=dict)
     imax: int = -1
@@ -235,8 +252,11 @@ def _order(priority: int, seq: int) -> str:
     return f"{p:020d}:{seq:020d}"
 
 
-def _pack_row(item: Item) -> str:
-    """The stored form of an item row: the fields the script needs up front, the rest as a JSON list."""
+def _pack_row(item: Item, first: int) -> str:
+    """The stored form of an item row: the fields the script needs up front, the rest as a JSON list.
+
+    `first` is the seq of the journal line that first wrote the row (the script keeps a stored one).
+    """
     if _SEP in item.host:
         raise ValueError(f"item {item.key!r}: host {item.host!r} holds a unit separator")
     rest = json.dumps(
@@ -245,12 +265,13 @@ def _pack_row(item: Item) -> str:
          item.evidence, item.digest, item.source],
         separators=(",", ":"),
     )  # fmt: skip
-    return f"{State(item.state).value}{_SEP}{item.host}{_SEP}{_order(item.priority, item.seq)}{_SEP}{rest}"
+    order = _order(item.priority, item.seq)
+    return f"{State(item.state).value}{_SEP}{item.host}{_SEP}{order}{_SEP}{first:020d}{_SEP}{rest}"
 
 
 def _unpack_row(key: str, packed: str) -> Item:
     """The Item of a stored row (inverse of _pack_row)."""
-    state, host, order, rest = packed.split(_SEP, 3)
+    state, host, order, _, rest = packed.split(_SEP, 4)
     f = json.loads(rest)
     return Item(
         key, f[0], host, f[1], f[2], _INT_KIND[f[3]], f[4], int(order[:20]) - _PRIORITY_OFFSET, int(order[21:]),
@@ -262,10 +283,20 @@ def _row_state(packed: str) -> str:
     return packed[: packed.index(_SEP)]
 
 
+def _row_first(packed: str) -> str:
+    """The `first` field of a packed row: its fourth."""
+    start = packed.index(_SEP, packed.index(_SEP) + 1) + _ORDER_LEN + 2
+    return packed[start : start + 20]
+
+
+def _check_seq(seq: int) -> None:
+    if not 0 <= seq < _SEQ_LIMIT:
+        raise ValueError(f"journal seq {seq} out of range (0 <= seq < 1e20)")
+
+
 def _pack_line(entry: Entry, epoch: int) -> str:
     """A journal member: 20-digit seq (the sort key), then the key first in JSON so ZSCAN MATCH can find it."""
-    if not 0 <= entry.seq < _SEQ_LIMIT:
-        raise ValueError(f"journal seq {entry.seq} out of range (0 <= seq < 1e20)")
+    _check_seq(entry.seq)
     body = [entry.key, epoch, *entry[1:2], *entry[3:]]
     return f"{entry.seq:020d}" + json.dumps(body, separators=(",", ":"))
 
@@ -293,6 +324,31 @@ def derived_domain(key: str) -> str | None:
         return identify(text).domain
     except UrlRejected:
         return None
+
+
+def _unpack_robots(origin: str, packed: str) -> tuple[str, str, dict[str, object]]:
+    """(origin, host, record) of a stored robots record."""
+    _, host, text = packed.split(_SEP, 2)
+    record: dict[str, object] = json.loads(text)
+    return origin, host, record
+
+
+def _export_item(item: Item, first: int) -> dict[str, object]:
+    """An item row as JSON-ready fields, with its first-write ordinal."""
+    out = dataclasses.asdict(item)
+    out["kind"] = int(item.kind)
+    out["state"] = item.state.value
+    out["first"] = first
+    return out
+
+
+def _import_item(fields: dict[str, Any]) -> tuple[Item, int]:
+    """(item, first-write ordinal) of an exported row (inverse of _export_item)."""
+    values = dict(fields)
+    first = int(values.pop("first"))
+    values["kind"] = _INT_KIND[int(values["kind"])]
+    values["state"] = _TEXT_STATE[str(values["state"])]
+    return Item(**values), first
 
 
 def _item_domain(item: Item) -> str:
@@ -339,6 +395,7 @@ class RedisStore:
         self._host_dom: dict[str, str] = {
             _text(h): _text(d) for h, d in self._r.hgetall(self._node + "hostdom").items()
         }
+        self._robots_clock = 0
         self._closed = False
 
     @classmethod
@@ -421,12 +478,12 @@ class RedisStore:
     def record(self, entry: Entry, item: Item) -> None:
         """Buffer one journal line and the item's row as it stands after it (the last row per key wins)."""
         domain = _item_domain(item)
-        packed = _pack_row(item)
+        _check_seq(entry.seq)
         with self._lock:
             self._learn(item.key, item.host, item.origin, domain)
             batch = self._batch(domain)
             batch.entries.append(entry)
-            batch.rows[item.key] = packed
+            batch.rows[item.key] = _pack_row(item, batch.first.setdefault(item.key, entry.seq))
             batch.hosts.add(item.host)
             batch.imax = max(batch.imax, item.seq)
 
@@ -436,10 +493,22 @@ class RedisStore:
             self._notes.append(entry)
 
     def save_robots(self, origin: str, host: str, record: dict[str, object]) -> None:
-        """Buffer the robots record of an origin, serialized now (a later mutation of `record` is not saved)."""
-        packed = host + _SEP + json.dumps(record, separators=(",", ":"), sort_keys=True)
+        """Buffer the robots record of an origin, serialized now (a later mutation of `record` is not saved).
+
+        It goes to the registrable domain of the origin (of `host` if the origin does not parse): one place per
+        origin, and the domain the ring routes the origin's items to.
+        """
+        text = json.dumps(record, separators=(",", ":"), sort_keys=True)
+        domain = derived_domain(origin)
         with self._lock:
-            self._batch(self._host_domain(host)).robots[origin] = packed
+            batch = self._batch(registrable_domain(host) if domain is None else domain)
+            buffered = batch.robots.get(origin)
+            if buffered is None:
+                self._robots_clock = max(self._robots_clock + 1, time.time_ns())
+                first = f"{self._robots_clock:020d}"
+            else:
+                first = buffered[:20]
+            batch.robots[origin] = f"{first}{_SEP}{host}{_SEP}{text}"
 
     def set_meta(self, name: str, value: str) -> None:
         with self._lock:
@@ -462,8 +531,9 @@ class RedisStore:
             raise RuntimeError("store is closed")
         if self._notes:
             self._place_notes()
-        if not (self._batches or self._orphans or self._meta or self._new_domains or self._new_keydom
-                or self._new_hostdom):
+        if not (
+            self._batches or self._orphans or self._meta or self._new_domains or self._new_keydom or self._new_hostdom
+        ):
             return
         epoch = int(self._epoch())
         if not 0 <= epoch < _EPOCH_LIMIT:
@@ -569,7 +639,7 @@ class RedisStore:
             pipe = self._pipeline()
             for name in todo:
                 keys, args = calls[name]
-                pipe.evalsha(self._shas[script], len(keys), *keys, *args)
+                pipe.execute_command("EVALSHA", self._shas[script], len(keys), *keys, *args)
             answers = pipe.execute(raise_on_error=False)
             results.update(zip(todo, answers, strict=True))
             todo = [name for name in todo if isinstance(results[name], NoScriptError)]
@@ -609,14 +679,11 @@ class RedisStore:
         Keys and hosts whose domain the text does not tell are recorded in this node's lookup tables.
         """
         previous_owner, previous_epoch = self.claim(domain, epoch)
-        items = [_unpack_row(k, v) for k, v in self._scan_hash(self._dkey(domain, "items"))]
-        robots = [self._unpack_robots(o, v) for o, v in self._scan_hash(self._dkey(domain, "robots"))]
+        items = [_unpack_row(k, v) for _, k, v in self._sorted_rows([domain], None)]
+        robots = [_unpack_robots(o, v) for _, o, v in self._sorted_robots([domain])]
         with self._lock:
             for item in items:
                 self._learn(item.key, item.host, item.origin, domain)
-            for _, host, _ in robots:
-                if self._host_domain(host) != domain:
-                    self._host_dom[host] = self._new_hostdom[host] = domain
             self._flush_node(epoch)
         return AdoptedDomain(domain, epoch, previous_owner, previous_epoch, items, robots)
 
@@ -630,8 +697,8 @@ class RedisStore:
         with self._lock:
             self._flush_locked()
         fence = self.fence(domain)
-        items = [self._export_item(_unpack_row(k, v)) for k, v in self._scan_hash(self._dkey(domain, "items"))]
-        robots = [list(self._unpack_robots(o, v)) for o, v in self._scan_hash(self._dkey(domain, "robots"))]
+        items = [_export_item(_unpack_row(k, v), int(f)) for f, k, v in self._sorted_rows([domain], None)]
+        robots = [[*_unpack_robots(o, v), int(f)] for f, o, v in self._sorted_robots([domain])]
         lines = self._domain_lines(domain, None)
         if journal_tail is not None:
             lines = lines[-journal_tail:] if journal_tail > 0 else []
@@ -657,12 +724,13 @@ class RedisStore:
             by_writer.setdefault(str(line["writer"]), []).append((int(line["epoch"]), Entry(*line["entry"])))
         batch = _Batch()
         for fields in data["items"]:
-            item = self._import_item(fields)
-            batch.rows[item.key] = _pack_row(item)
+            item, first = _import_item(fields)
+            batch.rows[item.key] = _pack_row(item, first)
             batch.hosts.add(item.host)
             batch.imax = max(batch.imax, item.seq)
-        for origin, host, record in data["robots"]:
-            batch.robots[origin] = host + _SEP + json.dumps(record, separators=(",", ":"), sort_keys=True)
+        for origin, host, record, first in data["robots"]:
+            text = json.dumps(record, separators=(",", ":"), sort_keys=True)
+            batch.robots[origin] = f"{int(first):020d}{_SEP}{host}{_SEP}{text}"
         calls: dict[str, tuple[list[str], list[object]]] = {}
         writers = sorted(by_writer) or [self.node_id]
         for n, writer in enumerate(writers):
@@ -683,20 +751,6 @@ class RedisStore:
             for fields in data["items"]:
                 self._learn(str(fields["key"]), str(fields["host"]), str(fields["origin"]), domain)
             self._flush_node(epoch)
-
-    @staticmethod
-    def _export_item(item: Item) -> dict[str, object]:
-        out = dataclasses.asdict(item)
-        out["kind"] = int(item.kind)
-        out["state"] = item.state.value
-        return out
-
-    @staticmethod
-    def _import_item(fields: dict[str, Any]) -> Item:
-        values = dict(fields)
-        values["kind"] = _INT_KIND[int(values["kind"])]
-        values["state"] = _TEXT_STATE[str(values["state"])]
-        return Item(**values)
 
     # -- reads -----------------------------------------------------------------------------------------
 
@@ -748,11 +802,14 @@ class RedisStore:
         return None if value is None else _unpack_row(key, _text(value))
 
     def history(self, key: str) -> list[Entry]:
-        """Every journal line of one key, by any owner, in the order they were applied. Scans: not for hot paths."""
+        """Every journal line of one key, by any owner, in the order they were applied. Scans: not for hot paths.
+
+        Looks in the domain the node's table names for the key and in the one its text names, should they differ.
+        """
         with self._lock:
             self._flush_locked()
-        domain = self._key_domain(key)
-        lines = [] if domain is None else self._domain_lines(domain, key)
+        domains = {self._key_domain(key), derived_domain(key)} - {None}
+        lines = [line for d in sorted(d for d in domains if d is not None) for line in self._domain_lines(d, key)]
         orphans = self._scan_zset(self._node + "orphans", _key_pattern(key))
         lines.extend((*_unpack_line(m), self.node_id) for m in orphans)
         lines.sort(key=lambda t: (t[0], t[1].seq))
@@ -836,15 +893,31 @@ class RedisStore:
         return [{_text(k): _text(v) for k, v in h.items()} for h in pipe.execute()]
 
     def items(self, states: Iterable[State] | None = None) -> Iterator[Item]:
-        """Rows of the held domains (optionally only `states`), domain by domain; order within one is unspecified."""
+        """Rows of the held domains (optionally only `states`) in first-write order, as of the call."""
         wanted = None if states is None else {State(s).value for s in states}
-        return self._iter_items(self.held_domains(), wanted)
+        rows = self._sorted_rows(self.held_domains(), wanted)
+        return (_unpack_row(key, packed) for _, key, packed in rows)
 
-    def _iter_items(self, domains: list[str], wanted: set[str] | None) -> Iterator[Item]:
-        for domain in domains:
-            for key, packed in self._scan_hash(self._dkey(domain, "items")):
-                if wanted is None or _row_state(packed) in wanted:
-                    yield _unpack_row(key, packed)
+    def _sorted_rows(self, domains: list[str], wanted: set[str] | None) -> list[tuple[str, str, str]]:
+        """(first, key, packed row) of the domains' rows in `wanted` states, sorted: first-write order."""
+        rows = [
+            (_row_first(packed), key, packed)
+            for domain in domains
+            for key, packed in self._scan_hash(self._dkey(domain, "items"))
+            if wanted is None or _row_state(packed) in wanted
+        ]
+        rows.sort()
+        return rows
+
+    def _sorted_robots(self, domains: list[str]) -> list[tuple[str, str, str]]:
+        """(first, origin, packed record) of the domains' robots records, in first-save order."""
+        records = [
+            (packed[:20], origin, packed)
+            for domain in domains
+            for origin, packed in self._scan_hash(self._dkey(domain, "robots"))
+        ]
+        records.sort()
+        return records
 
     def scheduled_counts(self) -> dict[str, int]:
         """host -> number of scheduled items, from the per-domain counters the write script keeps."""
@@ -862,15 +935,9 @@ class RedisStore:
         return counts
 
     def robots_records(self) -> Iterator[tuple[str, str, dict[str, object]]]:
-        """(origin, host, record) of every robots record in the held domains."""
-        held = self.held_domains()
-        return (self._unpack_robots(o, v) for d in held for o, v in self._scan_hash(self._dkey(d, "robots")))
-
-    @staticmethod
-    def _unpack_robots(origin: str, packed: str) -> tuple[str, str, dict[str, object]]:
-        host, text = packed.split(_SEP, 1)
-        record: dict[str, object] = json.loads(text)
-        return origin, host, record
+        """(origin, host, record) of every robots record in the held domains, in first-save order, as of the call."""
+        records = self._sorted_robots(self.held_domains())
+        return (_unpack_robots(origin, packed) for _, origin, packed in records)
 
     def max_seqs(self) -> tuple[int, int]:
         """(highest journal seq, highest item seq) over every domain this node ever wrote and its orphan lines."""

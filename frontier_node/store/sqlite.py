@@ -323,8 +323,7 @@ class SqliteStore:
         with self._lock:
             self._flush_locked()
             rows = self._con.execute(
-                "SELECT host, count(*) FROM items INDEXED BY items_backlog "
-                "WHERE state = 'scheduled' GROUP BY host"
+                "SELECT host, count(*) FROM items INDEXED BY items_backlog WHERE state = 'scheduled' GROUP BY host"
             ).fetchall()
         return {str(h): int(n) for h, n in rows}
 

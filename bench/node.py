@@ -1,0 +1,640 @@
+"""Figures of one frontier node: Discover and Lease+Complete throughput, through gRPC and in process, and RAM.
+
+`python -m bench.node [--json] [--quick] [--py-spy DIR]` prints, with the machine and the workload stated:
+
+1. Discover links/s through gRPC with the journal on: a `hostring node` subprocess on a SQLite store in a temp
+   dir (`--delay 0`), the client in this process sending pre-serialized batches of 256 links over 10k hosts,
+   two thirds of them duplicates, half of those spelled differently (upper-case scheme and host, `:80`,
+   `utm_source`, a fragment) so dedup has to happen on the normalized fetch key.
+2. Lease+Complete URLs/s through gRPC with 10k ready hosts: robots items first (leased, completed 404, not
+   timed), then Lease(max_items=256) and one Complete per item, the Completes of a batch in flight at once.
+3. The same two figures for the core in process (Frontier on SqliteStore, flushing after every call as the
+   gRPC shell does; and Frontier on MemoryStore), no gRPC.
+4. RAM bytes per admitted URL at 1M URLs (100k with --quick): a fresh subprocess admits them over 10k hosts
+   through `Frontier.discover` on SqliteStore; VmRSS after minus before, after gc, over the URLs admitted.
+   Also the seen-set's bytes per URL.
+
+No pass/fail: the issue's targets are printed beside the figures for context only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import itertools
+import json
+import os
+import platform
+import random
+import re
+import select
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import grpc
+
+from frontier_node.core.config import FrontierConfig, PolitenessConfig
+from frontier_node.core.frontier import Frontier
+from frontier_node.core.ports import Store
+from frontier_node.core.records import Kind, Link, Outcome, Verdict
+from frontier_node.store.memory import MemoryStore
+from frontier_node.store.sqlite import SqliteStore
+from hostring.clock import WallClock
+from hostring.v1 import frontier_pb2 as pb
+from hostring.v1 import frontier_pb2_grpc as pb_grpc
+
+REPO = Path(__file__).resolve().parent.parent
+STARTUP_TIMEOUT_S = 30.0
+RPC_TIMEOUT_S = 120.0
+_PORT_LINE = re.compile(r"listening on port (\d+)")
+_DISCOVER_METHOD = "/hostring.v1.Frontier/Discover"
+
+# The issue's targets (2-core machine, client in another process), shown beside the figures for context.
+TARGETS: dict[str, str] = {
+    "discover_links_per_s_grpc": ">= 60,000",
+    "lease_complete_urls_per_s_grpc": ">= 20,000",
+    "ram_bytes_per_url": "< 150",
+    "seen_bytes_per_url": "< 16",
+}
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What is measured; printed with the figures so that they can be compared."""
+
+    hosts: int = 10_000
+    links: int = 300_000
+    batch: int = 256
+    lease_batch: int = 256
+    lease_pages: int = 60_000
+    grpc_streams: int = 2
+    ram_urls: int = 1_000_000
+    ram_hosts: int = 10_000
+    ram_batch: int = 1_000
+    seed: int = 1
+
+    @property
+    def unique(self) -> int:
+        """Distinct fetch keys in the link stream: every third link is new."""
+        return (self.links + 2) // 3
+
+    def describe(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.update(
+            unique_urls=self.unique,
+            duplicates=self.links - self.unique,
+            duplicate_spellings="half of the duplicates respelled: HTTP://SITE.COM, :80, ?utm_source=bench, "
+            "#fragment; the rest exact repeats of an earlier link, picked uniformly",
+            url_shape="http://site{u % hosts}.com/p/{u}",
+            node="hostring node subprocess, SQLite store in a temp dir (WAL, commit before every answer), "
+            "--delay 0, one Python process; client in this process",
+            discover_client=f"{self.grpc_streams} client threads, each one Discover in flight, requests "
+            "serialized before the clock starts",
+            lease_client=f"{self.grpc_streams} client threads, each Lease(max_items={self.lease_batch}) then one "
+            "Complete per item, all Completes of the batch in flight at once (futures); outcome 200 with a "
+            "unique body digest and simhash, no links; robots items completed 404 before the clock starts",
+            core="Frontier in this process, WallClock; SqliteStore flushed after every discover/lease/complete "
+            "call (as the gRPC shell does); MemoryStore is the reference backend (copies each row)",
+            ram="fresh subprocess, Frontier on SqliteStore, discover() in batches of ram_batch unique URLs over "
+            "ram_hosts hosts, flush per batch; VmRSS after minus before, gc.collect() before both reads",
+        )
+        return d
+
+
+QUICK = Workload(hosts=1_000, links=15_000, lease_pages=3_000, ram_urls=100_000)
+
+
+# ====================================================================== machine and workload
+
+
+def machine() -> dict[str, Any]:
+    """Cores, CPU model, RAM, Python and library versions of this machine."""
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        model = platform.processor()
+    mem = _proc_status(Path("/proc/meminfo")).get("MemTotal", 0)
+    return {
+        "cores": os.cpu_count(),
+        "cores_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "cpu_model": model,
+        "ram_bytes": mem,
+        "python": platform.python_version(),
+        "python_implementation": platform.python_implementation(),
+        "platform": platform.platform(),
+        "grpcio": grpc.__version__,
+        "sqlite": sqlite3.sqlite_version,
+    }
+
+
+def _proc_status(path: Path) -> dict[str, int]:
+    """The `Name: N kB` lines of a /proc status-like file, in bytes."""
+    out: dict[str, int] = {}
+    try:
+        for line in path.read_text().splitlines():
+            name, _, rest = line.partition(":")
+            parts = rest.split()
+            if len(parts) == 2 and parts[1] == "kB":
+                out[name] = int(parts[0]) * 1024
+    except OSError:
+        pass
+    return out
+
+
+def unique_url(u: int, hosts: int) -> str:
+    """The canonical spelling of the u-th distinct URL; hosts are filled round robin."""
+    return f"http://site{u % hosts}.com/p/{u}"
+
+
+def _respelled(u: int, hosts: int, style: int) -> str:
+    """Another spelling of the u-th URL with the same fetch key (styles 0-3), or the same spelling (4+)."""
+    h = u % hosts
+    if style == 0:
+        return f"HTTP://SITE{h}.COM/p/{u}"
+    if style == 1:
+        return f"http://site{h}.com:80/p/{u}"
+    if style == 2:
+        return f"http://site{h}.com/p/{u}?utm_source=bench"
+    if style == 3:
+        return f"http://site{h}.com/p/{u}#section-2"
+    return unique_url(u, hosts)
+
+
+def link_stream(w: Workload) -> list[str]:
+    """The Discover workload: every third link new, the others earlier links, half of them respelled."""
+    rng = random.Random(w.seed)
+    out: list[str] = []
+    unique = 0
+    for i in range(w.links):
+        if i % 3 == 0:
+            out.append(unique_url(unique, w.hosts))
+            unique += 1
+        else:
+            out.append(_respelled(rng.randrange(unique), w.hosts, rng.randrange(8)))
+    return out
+
+
+def batches(items: Sequence[str], size: int) -> list[Sequence[str]]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+def node_config() -> FrontierConfig:
+    """The core's configuration matching `hostring node --delay 0` (CLI defaults otherwise)."""
+    return FrontierConfig(politeness=PolitenessConfig(min_delay_s=0.0))
+
+
+def page_outcome(n: int, status: int = 200) -> Outcome:
+    """A successful page fetch with a body digest and simhash of its own (so bodies are indexed, not deduped)."""
+    return Outcome(status=status, content_type="text/html", bytes=20_000, response_s=0.0,
+                   body_digest=f"sha256:{n:064x}", simhash=(n * 0x9E3779B97F4A7C15) & (2**64 - 1) or 1)
+
+
+ROBOTS_404 = Outcome(status=404)
+
+
+# ====================================================================== the node subprocess
+
+
+class NodeProcess:
+    """A `hostring node` subprocess on a SQLite store; stderr goes to a file quoted when something fails."""
+
+    def __init__(self, store: Path, log: Path) -> None:
+        self._log: IO[bytes] = open(log, "wb")  # noqa: SIM115 - closed in stop()
+        self.log_path = log
+        cmd = [
+            sys.executable, "-m", "coordinator.cli", "--log-level", "WARNING", "node", "--store", f"sqlite:///{store}",
+            "--listen", "127.0.0.1:0", "--delay", "0",
+        ]  # fmt: skip
+        self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=self._log)
+        assert self.proc.stdout is not None
+        ready, _, _ = select.select([self.proc.stdout], [], [], STARTUP_TIMEOUT_S)
+        line = self.proc.stdout.readline().decode() if ready else ""
+        m = _PORT_LINE.search(line)
+        if m is None:
+            self.stop()
+            raise RuntimeError(f"node did not start (stdout {line!r}):\n{log.read_text()[-2000:]}")
+        self.port = int(m.group(1))
+        self.channel = grpc.insecure_channel(
+            f"127.0.0.1:{self.port}", options=[("grpc.max_receive_message_length", 64 * 2**20)]
+        )
+        grpc.channel_ready_future(self.channel).result(timeout=STARTUP_TIMEOUT_S)
+        self.stub = pb_grpc.FrontierStub(self.channel)
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL if it does not go within 10 s; close the channel and files."""
+        if hasattr(self, "channel"):
+            self.channel.close()
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        self._log.close()
+
+
+@contextmanager
+def py_spy(pid: int, out: Path | None) -> Iterator[None]:
+    """Sample `pid` with `py-spy record --format raw` while the block runs (nothing when `out` is None)."""
+    if out is None:
+        yield
+        return
+    spy = subprocess.Popen(
+        ["py-spy", "record", "--pid", str(pid), "--format", "raw", "--rate", "200", "--nonblocking", "-o", str(out)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    time.sleep(0.5)
+    try:
+        yield
+    finally:
+        spy.send_signal(signal.SIGINT)
+        try:
+            spy.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            spy.kill()
+            spy.wait()
+
+
+def profile_summary(path: Path, top: int = 15) -> dict[str, list[tuple[str, float]]]:
+    """Self and inclusive shares of the functions in a py-spy raw profile (idle threads are not sampled)."""
+    own: Counter[str] = Counter()
+    inclusive: Counter[str] = Counter()
+    total = 0
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n = int(count)
+        total += n
+        frames = [re.sub(r":\d+\)$", ")", f) for f in stack.split(";")]
+        own[frames[-1]] += n
+        for f in set(frames):
+            inclusive[f] += n
+    if not total:
+        return {"self": [], "inclusive": []}
+    return {
+        "self": [(f, round(100.0 * n / total, 1)) for f, n in own.most_common(top)],
+        "inclusive": [(f, round(100.0 * n / total, 1)) for f, n in inclusive.most_common(top * 2)],
+    }
+
+
+# ====================================================================== through gRPC
+
+
+def _run_threads(n: int, target: Callable[[int], None]) -> None:
+    """Run target(0..n-1) on n threads and re-raise the first error any of them hit."""
+    errors: list[BaseException] = []
+
+    def guarded(i: int) -> None:
+        try:
+            target(i)
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=guarded, args=(i,), name=f"bench-{i}") for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
+def grpc_discover(node: NodeProcess, urls: list[str], w: Workload) -> dict[str, Any]:
+    """Stream the workload through Discover on `grpc_streams` threads; links/s over the whole stream."""
+    payloads = [
+        pb.DiscoverRequest(links=[pb.Link(observed=u) for u in b], worker_id="bench").SerializeToString()
+        for b in batches(urls, w.batch)
+    ]
+    call = node.channel.unary_unary(
+        _DISCOVER_METHOD, request_serializer=None, response_deserializer=pb.DiscoverResponse.FromString
+    )
+    counter = itertools.count()
+    tallies: list[Counter[int]] = [Counter() for _ in range(w.grpc_streams)]
+
+    def stream(i: int) -> None:
+        tally = tallies[i]
+        while (n := next(counter)) < len(payloads):
+            resp = call(payloads[n], timeout=RPC_TIMEOUT_S)
+            tally.update(v.verdict for v in resp.verdicts)
+
+    t0 = time.perf_counter()
+    _run_threads(w.grpc_streams, stream)
+    elapsed = time.perf_counter() - t0
+    total: Counter[int] = sum(tallies, Counter())
+    return {
+        "seconds": elapsed,
+        "links_per_s": len(urls) / elapsed,
+        "admitted": total[pb.ADMITTED],
+        "duplicate": total[pb.DUPLICATE],
+        "other": sum(total.values()) - total[pb.ADMITTED] - total[pb.DUPLICATE],
+    }
+
+
+def _complete_request(item: pb.LeaseItem, n: int) -> pb.CompleteRequest:
+    if item.kind == pb.ROBOTS:
+        outcome = pb.Outcome(status=404, retry_after_s=-1)
+    else:
+        o = page_outcome(n)
+        outcome = pb.Outcome(status=o.status, retry_after_s=-1, content_type=o.content_type, bytes=o.bytes,
+                             body_digest=o.body_digest, simhash=o.simhash)
+    return pb.CompleteRequest(lease_id=item.lease_id, generation=item.generation, outcome=outcome, worker_id="bench")
+
+
+def grpc_lease_complete(node: NodeProcess, hosts: int, w: Workload) -> dict[str, Any]:
+    """Robots first (untimed), then Lease(max_items) + one Complete per item until `lease_pages` pages are done."""
+    stub = node.stub
+    seq = itertools.count(1)
+    robots_done = pages_before = 0
+    while robots_done < hosts:
+        items = stub.Lease(pb.LeaseRequest(worker_id="bench", max_items=w.lease_batch), timeout=RPC_TIMEOUT_S).items
+        if not items:
+            break
+        futures = [stub.Complete.future(_complete_request(it, next(seq)), timeout=RPC_TIMEOUT_S) for it in items]
+        for it, f in zip(items, futures, strict=True):
+            if not f.result().accepted:
+                raise RuntimeError(f"Complete of {it.fetch_key} refused")
+            robots_done += it.kind == pb.ROBOTS
+            pages_before += it.kind == pb.PAGE
+    ready = stub.Stats(pb.StatsRequest(), timeout=RPC_TIMEOUT_S).hosts_ready
+
+    lock = threading.Lock()
+    done = [0]
+
+    def stream(i: int) -> None:
+        worker = f"bench-{i}"
+        while True:
+            with lock:
+                if done[0] >= w.lease_pages:
+                    return
+            items = stub.Lease(pb.LeaseRequest(worker_id=worker, max_items=w.lease_batch), timeout=RPC_TIMEOUT_S).items
+            if not items:
+                return
+            futures = [stub.Complete.future(_complete_request(it, next(seq)), timeout=RPC_TIMEOUT_S) for it in items]
+            for it, f in zip(items, futures, strict=True):
+                if not f.result().accepted:
+                    raise RuntimeError(f"Complete of {it.fetch_key} refused")
+            with lock:
+                done[0] += len(items)
+
+    t0 = time.perf_counter()
+    _run_threads(w.grpc_streams, stream)
+    elapsed = time.perf_counter() - t0
+    return {
+        "seconds": elapsed,
+        "urls": done[0],
+        "urls_per_s": done[0] / elapsed,
+        "hosts_ready_at_start": ready,
+        "robots_completed_untimed": robots_done,
+        "pages_completed_untimed": pages_before,
+    }
+
+
+# ====================================================================== in process
+
+
+def core_discover(store: Store, urls: list[str], w: Workload) -> tuple[Frontier, dict[str, Any]]:
+    """The same stream through Frontier.discover in process, flushing after every batch as the shell does."""
+    frontier = Frontier(store, WallClock(), node_config())
+    link_batches = [[Link(u) for u in b] for b in batches(urls, w.batch)]
+    tally: Counter[Verdict] = Counter()
+    t0 = time.perf_counter()
+    for b in link_batches:
+        tally.update(v.verdict for v in frontier.discover(b))
+        store.flush()
+    elapsed = time.perf_counter() - t0
+    return frontier, {
+        "seconds": elapsed,
+        "links_per_s": len(urls) / elapsed,
+        "admitted": tally[Verdict.ADMITTED],
+        "duplicate": tally[Verdict.DUPLICATE],
+    }
+
+
+def core_lease_complete(frontier: Frontier, hosts: int, w: Workload) -> dict[str, Any]:
+    """Robots first (untimed), then lease + complete each item, flushing after every call as the shell does."""
+    store = frontier.store
+    n = robots_done = 0
+    while robots_done < hosts:
+        items = frontier.lease("bench", w.lease_batch)
+        store.flush()
+        if not items:
+            break
+        for it in items:
+            n += 1
+            frontier.complete(it.key, it.generation, ROBOTS_404 if it.kind is Kind.ROBOTS else page_outcome(n))
+            store.flush()
+            robots_done += it.kind is Kind.ROBOTS
+    done = 0
+    t0 = time.perf_counter()
+    while done < w.lease_pages:
+        items = frontier.lease("bench", w.lease_batch)
+        store.flush()
+        if not items:
+            break
+        for it in items:
+            n += 1
+            if not frontier.complete(it.key, it.generation, page_outcome(n)).accepted:
+                raise RuntimeError(f"complete of {it.key} refused")
+            store.flush()
+        done += len(items)
+    elapsed = time.perf_counter() - t0
+    return {"seconds": elapsed, "urls": done, "urls_per_s": done / elapsed}
+
+
+# ====================================================================== RAM
+
+
+def ram_child(urls: int, hosts: int, batch: int) -> dict[str, Any]:
+    """In this (fresh) process: admit `urls` distinct URLs over `hosts` hosts and measure the RSS they cost."""
+    status = Path("/proc/self/status")
+    with tempfile.TemporaryDirectory(prefix="hostring-bench-ram-") as tmp:
+        gc.collect()
+        before = _proc_status(status)
+        store = SqliteStore(Path(tmp) / "ram.sqlite3")
+        frontier = Frontier(store, WallClock(), node_config())
+        t0 = time.perf_counter()
+        for start in range(0, urls, batch):
+            frontier.discover([Link(unique_url(u, hosts)) for u in range(start, min(urls, start + batch))])
+            store.flush()
+        elapsed = time.perf_counter() - t0
+        gc.collect()
+        after = _proc_status(status)
+        admitted = frontier.verdicts[("admitted", "")]
+        in_ram = sum(len(h.items) for h in frontier.hosts.values())
+        result = {
+            "urls": urls,
+            "hosts": hosts,
+            "admitted": admitted,
+            "seconds": elapsed,
+            "admit_per_s": admitted / elapsed,
+            "rss_before": before.get("VmRSS", 0),
+            "rss_after": after.get("VmRSS", 0),
+            "ram_bytes_per_url": (after.get("VmRSS", 0) - before.get("VmRSS", 0)) / admitted,
+            "anon_bytes_per_url": (after.get("RssAnon", 0) - before.get("RssAnon", 0)) / admitted,
+            "file_bytes_per_url": (after.get("RssFile", 0) - before.get("RssFile", 0)) / admitted,
+            "seen_bytes_per_url": frontier.seen.nbytes / len(frontier.seen),
+            "seen_keys": len(frontier.seen),
+            "items_in_ram": in_ram,
+            "db_bytes": sum(p.stat().st_size for p in Path(tmp).iterdir()),
+        }
+        store.close()
+    return result
+
+
+def ram_figures(w: Workload) -> dict[str, Any]:
+    """Run ram_child in a fresh interpreter, so nothing measured before pollutes its RSS."""
+    cmd = [sys.executable, "-m", "bench.node", "--ram-child", str(w.ram_urls), "--ram-hosts", str(w.ram_hosts),
+           "--ram-batch", str(w.ram_batch)]  # fmt: skip
+    out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=3600, check=False)
+    if out.returncode != 0:
+        raise RuntimeError(f"RAM measurement failed:\n{out.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(out.stdout)
+    return result
+
+
+# ====================================================================== driver
+
+
+def run(w: Workload, profile_dir: Path | None = None) -> dict[str, Any]:
+    """Every figure, in one dict (the --json output)."""
+    urls = link_stream(w)
+    hosts = min(w.hosts, w.unique)
+    figures: dict[str, Any] = {"machine": machine(), "workload": w.describe()}
+
+    with tempfile.TemporaryDirectory(prefix="hostring-bench-") as tmp:
+        node = NodeProcess(Path(tmp) / "node.sqlite3", Path(tmp) / "node.log")
+        try:
+            with py_spy(node.proc.pid, profile_dir / "discover.txt" if profile_dir else None):
+                disc = grpc_discover(node, urls, w)
+            with py_spy(node.proc.pid, profile_dir / "lease_complete.txt" if profile_dir else None):
+                lc = grpc_lease_complete(node, hosts, w)
+        finally:
+            node.stop()
+        sqlite_frontier, core_sqlite = core_discover(SqliteStore(Path(tmp) / "core.sqlite3"), urls, w)
+        lc_core = core_lease_complete(sqlite_frontier, hosts, w)
+        sqlite_frontier.store.close()
+        del sqlite_frontier
+        memory_frontier, core_memory = core_discover(MemoryStore(), urls, w)
+        lc_core_memory = core_lease_complete(memory_frontier, hosts, w)
+        del memory_frontier
+    gc.collect()
+    ram = ram_figures(w)
+
+    figures.update(
+        discover_links_per_s_grpc=disc["links_per_s"],
+        discover_admitted_urls_grpc=disc["admitted"],
+        discover_duplicates_grpc=disc["duplicate"],
+        discover_seconds_grpc=disc["seconds"],
+        lease_complete_urls_per_s_grpc=lc["urls_per_s"],
+        lease_complete_urls_grpc=lc["urls"],
+        lease_complete_hosts_ready=lc["hosts_ready_at_start"],
+        discover_links_per_s_core_sqlite=core_sqlite["links_per_s"],
+        discover_links_per_s_core_memory=core_memory["links_per_s"],
+        discover_admitted_urls_core=core_sqlite["admitted"],
+        lease_complete_urls_per_s_core=lc_core["urls_per_s"],
+        lease_complete_urls_per_s_core_memory=lc_core_memory["urls_per_s"],
+        ram_bytes_per_url=ram["ram_bytes_per_url"],
+        ram_anon_bytes_per_url=ram["anon_bytes_per_url"],
+        seen_bytes_per_url=ram["seen_bytes_per_url"],
+        ram_urls=ram["admitted"],
+        ram_admit_per_s=ram["admit_per_s"],
+    )
+    figures["ram"] = ram
+    if profile_dir:
+        figures["profiles"] = {
+            name: profile_summary(profile_dir / f"{name}.txt")
+            for name in ("discover", "lease_complete")
+            if (profile_dir / f"{name}.txt").exists()
+        }
+    return figures
+
+
+_ROWS: tuple[tuple[str, str, str], ...] = (
+    ("discover_links_per_s_grpc", "Discover through gRPC, journal on", "links/s"),
+    ("lease_complete_urls_per_s_grpc", "Lease+Complete through gRPC", "URLs/s"),
+    ("discover_links_per_s_core_sqlite", "Discover, core in process, SQLite", "links/s"),
+    ("discover_links_per_s_core_memory", "Discover, core in process, memory", "links/s"),
+    ("lease_complete_urls_per_s_core", "Lease+Complete, core in process, SQLite", "URLs/s"),
+    ("lease_complete_urls_per_s_core_memory", "Lease+Complete, core in process, memory", "URLs/s"),
+    ("ram_bytes_per_url", "RAM (VmRSS) per admitted URL", "bytes"),
+    ("ram_anon_bytes_per_url", "  of which anonymous memory", "bytes"),
+    ("seen_bytes_per_url", "seen-set per URL", "bytes"),
+    ("ram_admit_per_s", "admission rate during the RAM run", "URLs/s"),
+)
+
+
+def table(f: dict[str, Any]) -> str:
+    """The figures as a readable table, machine and workload first."""
+    m, w = f["machine"], f["workload"]
+    lines = [
+        f"machine: {m['cores']} cores ({m['cores_usable']} usable), {m['cpu_model']}, "
+        f"{m['ram_bytes'] / 2**30:.1f} GiB, {m['python_implementation']} {m['python']}, grpcio {m['grpcio']}, "
+        f"SQLite {m['sqlite']}, {m['platform']}",
+        f"workload: {w['links']:,} links in batches of {w['batch']} over {w['hosts']:,} hosts "
+        f"({w['unique_urls']:,} distinct, {w['duplicates']:,} duplicates; {w['duplicate_spellings']})",
+        f"  node: {w['node']}",
+        f"  Discover client: {w['discover_client']}",
+        f"  Lease+Complete client: {w['lease_client']}; {f['lease_complete_urls_grpc']:,} pages timed, "
+        f"{f['lease_complete_hosts_ready']:,} hosts ready at the start",
+        f"  core: {w['core']}",
+        f"  RAM: {f['ram_urls']:,} URLs over {w['ram_hosts']:,} hosts; {w['ram']}",
+        "",
+        f"{'figure':<44} {'value':>12}  {'unit':<8} {'issue target':>12}",
+    ]
+    for key, label, unit in _ROWS:
+        value = f[key]
+        text = f"{value:,.0f}" if value >= 100 else f"{value:,.1f}"
+        lines.append(f"{label:<44} {text:>12}  {unit:<8} {TARGETS.get(key, ''):>12}")
+    lines.append(f"(admitted through gRPC: {f['discover_admitted_urls_grpc']:,} URLs, "
+                 f"{f['discover_duplicates_grpc']:,} duplicates)")
+    for name, prof in f.get("profiles", {}).items():
+        lines += ["", f"profile of the node during {name} (py-spy, self time):"]
+        lines += [f"  {share:5.1f}%  {frame}" for frame, share in prof["self"]]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.node", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    parser.add_argument("--quick", action="store_true", help="a short run (smoke test): small stream, 100k URLs")
+    parser.add_argument("--streams", type=int, default=None, help="client threads for the gRPC figures")
+    parser.add_argument("--py-spy", type=Path, default=None, metavar="DIR",
+                        help="record py-spy raw profiles of the node during the gRPC phases into DIR")
+    parser.add_argument("--ram-child", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--ram-hosts", type=int, default=Workload.ram_hosts, help=argparse.SUPPRESS)
+    parser.add_argument("--ram-batch", type=int, default=Workload.ram_batch, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.ram_child:
+        print(json.dumps(ram_child(args.ram_child, args.ram_hosts, args.ram_batch)))
+        return 0
+    w = QUICK if args.quick else Workload()
+    if args.streams:
+        w = Workload(**{**asdict(w), "grpc_streams": args.streams})
+    if args.py_spy:
+        args.py_spy.mkdir(parents=True, exist_ok=True)
+    figures = run(w, args.py_spy)
+    print(json.dumps(figures, indent=2) if args.json else table(figures))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,300 @@
+"""Helpers for end-to-end crawl tests: run `hostring crawl`, read what it wrote, and judge the server's log.
+
+The judge is always the web server (`LocalWeb.hits`): what a crawler claims in its report is compared with
+what the server saw, never the other way round.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+from urllib.parse import urlsplit
+
+from coordinator.localweb import Hit, Key, LocalWeb, WebModel, canonical_target, oracle_for
+
+REPO = Path(__file__).resolve().parent.parent
+STORE_NAME = "frontier.sqlite3"
+
+# The product token must be letters, '_' and '-' only (RFC 9309 §2.2.1): no digits.
+TOKEN = "hostring-test"
+UA = f"{TOKEN}/0.1 (+https://example.invalid/hostring-e2e-tests)"
+LOOPBACK = "127.0.0.0/8"
+
+# Slack for comparing the server's clock readings with a configured delay: the server stamps a hit's end
+# after its last write and the next start after parsing a request head, both on one event loop thread.
+GAP_TOLERANCE_S = 0.02
+
+
+class CountingWeb(LocalWeb):
+    """A LocalWeb that also counts accepted TCP connections per origin label and notes when requests begin.
+
+    LocalWeb logs requests (Hits) only, when they end; a client that connects and sends nothing would leave no
+    trace, so tests that must show "no connection at all" count accepts here. (It overrides two private
+    LocalWeb methods; keep it in step with coordinator/localweb.py.)
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.connections: Counter[str] = Counter()
+        self.started: list[tuple[str, str, float]] = []
+        """(label, resource, time) of every request as it begins (Hits are logged when a request ends)."""
+
+    async def _serve_connection(self, label: str, reader: Any, writer: Any) -> None:  # type: ignore[override]
+        self.connections[label] += 1
+        await super()._serve_connection(label, reader, writer)
+
+    def _resolve(self, label: str, target: str) -> Any:
+        self.started.append((label, canonical_target(target), time.time()))
+        return super()._resolve(label, target)
+
+    def has_started(self, label: str, resource: str) -> bool:
+        return any(lb == label and r == resource for lb, r, _ in list(self.started))
+
+
+# ------------------------------------------------------------------------------------------------ commands
+
+
+def crawl_cmd(
+    seeds: Sequence[str],
+    out: Path,
+    *,
+    delay: float,
+    allow: Sequence[str] = (LOOPBACK,),
+    scope: str | Path | None = None,
+    extra: Sequence[str] = (),
+) -> list[str]:
+    """`hostring crawl` as a subprocess command line (always --no-progress, our User-Agent)."""
+    cmd = [sys.executable, "-m", "coordinator.cli", "crawl", *seeds, "--out", str(out), "--no-progress",
+           "--delay", str(delay), "--user-agent", UA]
+    for cidr in allow:
+        cmd += ["--allow-network", cidr]
+    if scope is not None:
+        cmd += ["--scope", str(scope)]
+    return cmd + list(extra)
+
+
+def scope_file(web: LocalWeb, path: Path, labels: Iterable[str] | None = None) -> Path:
+    """A --scope FILE naming the hosts of `labels` (default: every origin of the web)."""
+    hosts = sorted({web.addresses[label][0] for label in (labels if labels is not None else web.origins)})
+    path.write_text("\n".join(hosts) + "\n", encoding="utf-8")
+    return path
+
+
+@dataclass
+class CrawlProcess:
+    """A `hostring crawl` (or other hostring command) in its own session, so the whole tree can be killed."""
+
+    cmd: list[str]
+    out: Path | None
+    log_dir: Path
+    name: str = "crawl"
+    proc: subprocess.Popen[bytes] | None = None
+    started: float = 0.0
+    ended: float = 0.0
+    _files: list[IO[bytes]] = field(default_factory=list)
+
+    def start(self) -> CrawlProcess:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        stdout = (self.log_dir / f"{self.name}.stdout").open("wb")
+        stderr = (self.log_dir / f"{self.name}.stderr").open("wb")
+        self._files = [stdout, stderr]
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen(self.cmd, cwd=REPO, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL,
+                                     start_new_session=True)
+        return self
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def wait(self, timeout: float) -> int:
+        """The exit code; on timeout the whole process group is killed and AssertionError says so."""
+        assert self.proc is not None
+        try:
+            code = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"{self.name} did not end within {timeout}s\n{self.output()}") from None
+        self.ended = time.monotonic()
+        self._close()
+        return code
+
+    @property
+    def duration(self) -> float:
+        return (self.ended or time.monotonic()) - self.started
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group (the crawl and its node child), and reap the leader."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=10)
+        self.ended = self.ended or time.monotonic()
+        self._close()
+
+    def _close(self) -> None:
+        for f in self._files:
+            f.close()
+        self._files = []
+
+    def stdout(self) -> str:
+        return (self.log_dir / f"{self.name}.stdout").read_text(encoding="utf-8", errors="replace")
+
+    def stderr(self) -> str:
+        return (self.log_dir / f"{self.name}.stderr").read_text(encoding="utf-8", errors="replace")
+
+    def output(self) -> str:
+        node_log = ""
+        if self.out is not None and (self.out / "node.log").exists():
+            node_log = (self.out / "node.log").read_text(encoding="utf-8", errors="replace")[-3000:]
+        return (f"--- {self.name} stdout\n{self.stdout()[-4000:]}\n--- stderr\n{self.stderr()[-4000:]}"
+                f"\n--- node.log\n{node_log}")
+
+
+def run_cli(cmd: list[str], out: Path | None, log_dir: Path, timeout: float, name: str = "crawl") -> CrawlProcess:
+    """Run a hostring command to its end (bounded); the finished CrawlProcess (check `.proc.returncode`)."""
+    proc = CrawlProcess(cmd, out, log_dir, name).start()
+    proc.wait(timeout)
+    return proc
+
+
+# ------------------------------------------------------------------------------------------------ reading
+
+
+def load_report(out: Path) -> dict[str, Any]:
+    report: dict[str, Any] = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    return report
+
+
+def journal(out: Path, *, event: str | None = None, key: str | None = None) -> list[dict[str, Any]]:
+    """Journal rows of a crawl's store (read-only), optionally one event and/or one fetch key."""
+    con = sqlite3.connect(f"file:{out / STORE_NAME}?mode=ro", uri=True, timeout=10)
+    con.row_factory = sqlite3.Row
+    try:
+        sql, args = "SELECT * FROM journal WHERE 1=1", []
+        if event is not None:
+            sql, args = sql + " AND event = ?", [*args, event]
+        if key is not None:
+            sql, args = sql + " AND key = ?", [*args, key]
+        return [dict(r) for r in con.execute(sql + " ORDER BY seq", args)]
+    finally:
+        con.close()
+
+
+def key_of(web: LocalWeb, url: str) -> Key:
+    """The server's (label, resource) identity of an absolute URL from a report."""
+    p = urlsplit(url)
+    origin = f"{p.scheme}://{p.netloc}"
+    target = (p.path or "/") + ("?" + p.query if p.query else "")
+    return web.labels[origin], canonical_target(target)
+
+
+def dispositions(report: dict[str, Any], web: LocalWeb) -> dict[Key, dict[str, Any]]:
+    """Report rows (page items) keyed by the server's identity of their URL."""
+    return {key_of(web, row["url"]): row for row in report["dispositions"]}
+
+
+def by_state(report: dict[str, Any], web: LocalWeb, state: str) -> set[Key]:
+    return {key for key, row in dispositions(report, web).items() if row["state"] == state}
+
+
+# ------------------------------------------------------------------------------------------------ judging
+
+
+def is_robots(hit: Hit, robots_files: set[Key] = frozenset()) -> bool:  # type: ignore[assignment]
+    return hit.resource == "/robots.txt" or (hit.label, hit.resource) in robots_files
+
+
+def page_hits(web: LocalWeb, robots_files: set[Key] = frozenset()) -> list[Hit]:  # type: ignore[assignment]
+    """Requests for pages: robots.txt and the given robots redirect targets left out."""
+    return [h for h in web.hits if not is_robots(h, robots_files)]
+
+
+def gaps(hits: Sequence[Hit]) -> list[tuple[float, Hit, Hit]]:
+    """(pause from the latest earlier end to this start, previous, this) for hits of one origin by start."""
+    ordered = sorted(hits, key=lambda h: h.start)
+    out: list[tuple[float, Hit, Hit]] = []
+    latest: Hit | None = None
+    for prev, cur in itertools.pairwise(ordered):
+        if latest is None or prev.end > latest.end:
+            latest = prev
+        out.append((cur.start - latest.end, latest, cur))
+    return out
+
+
+def politeness_violations(web: LocalWeb, label: str, delay: float, tolerance: float = GAP_TOLERANCE_S) -> list[str]:
+    """Human lines for every overlap or short pause on one origin, judged from the server's timestamps."""
+    hits = web.hits_for(label)
+    bad = [f"{h.path} started with {h.concurrent} requests in flight" for h in hits if h.concurrent > 1]
+    for gap, prev, cur in gaps(hits):
+        if gap < delay - tolerance:
+            bad.append(f"{cur.path} started {gap:.3f}s after {prev.path} ended (delay {delay}s)")
+    return bad
+
+
+def needed_depth(model: WebModel) -> int:
+    """The link depth a crawler needs to reach every page the oracle lists (links +1, redirects +0)."""
+    oracle = oracle_for(model)
+    dist: dict[Key, int] = dict.fromkeys(model.seeds, 0)
+    queue: deque[Key] = deque(model.seeds)
+    while queue:
+        key = queue.popleft()
+        d = dist[key]
+        spec = model.pages.get(key)
+        if spec is None or not model.allowed(key) or model.in_trap(key):
+            continue
+        if spec.redirect_to is not None:
+            if dist.get(spec.redirect_to, 1 << 30) > d:
+                dist[spec.redirect_to] = d
+                queue.appendleft(spec.redirect_to)
+            continue
+        source = model.pages[spec.mirror_of] if spec.mirror_of is not None else spec
+        if spec.status != 200 or source.meta_nofollow:
+            continue
+        for link in source.links:
+            if not link.nofollow and dist.get(link.target, 1 << 30) > d + 1:
+                dist[link.target] = d + 1
+                queue.append(link.target)
+    return max(dist[k] for k in oracle.reachable_allowed)
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, what: str, interval: float = 0.02) -> None:
+    """Poll `predicate` until it holds; AssertionError naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+def crawl_in_process(
+    seeds: Sequence[str], out: Path, *, delay: float, scope: Path | None = None,
+    allow: Sequence[str] = (LOOPBACK,), **options: Any,
+) -> tuple[int, dict[str, Any], str]:
+    """`run_crawl` in this process (main thread: it installs signal handlers); (exit code, report, printed text)."""
+    import io
+
+    from coordinator.crawl import CrawlOptions, run_crawl
+
+    text = io.StringIO()
+    opts = CrawlOptions(seeds=list(seeds), out=out, scope="list" if scope is not None else "domain",
+                        scope_file=scope, allow_network=list(allow), delay=delay, user_agent=UA, progress=False,
+                        **options)
+    code = run_crawl(opts, text)
+    report = load_report(out) if (out / "report.json").exists() else {}
+    return code, report, text.getvalue()

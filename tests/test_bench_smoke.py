@@ -1,0 +1,53 @@
+"""The node bench runs: `python -m bench.node --quick --json` prints every figure as a positive number.
+
+This checks that the bench works end to end, not how fast anything is.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import frontier_node
+
+REPO = Path(frontier_node.__file__).resolve().parent.parent
+
+FIGURES = (
+    "discover_links_per_s_grpc",
+    "discover_admitted_urls_grpc",
+    "lease_complete_urls_per_s_grpc",
+    "lease_complete_urls_grpc",
+    "discover_links_per_s_core_sqlite",
+    "discover_links_per_s_core_memory",
+    "lease_complete_urls_per_s_core",
+    "lease_complete_urls_per_s_core_memory",
+    "ram_bytes_per_url",
+    "seen_bytes_per_url",
+    "ram_urls",
+)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+def test_quick_bench_prints_every_figure() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.node", "--quick", "--json"],
+        cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    figures = json.loads(out.stdout)
+    for key in FIGURES:
+        value = figures.get(key)
+        assert isinstance(value, int | float) and math.isfinite(value) and value > 0, (key, value)
+    assert figures["machine"]["cores"] >= 1 and figures["machine"]["python"]
+    workload = figures["workload"]
+    assert workload["batch"] == 256 and workload["links"] > 0
+    # dedup happened on the normalized key: exactly the distinct URLs were admitted, through gRPC and in process
+    assert figures["discover_admitted_urls_grpc"] == workload["unique_urls"]
+    assert figures["discover_admitted_urls_core"] == workload["unique_urls"]
+    assert figures["ram_urls"] == workload["ram_urls"]

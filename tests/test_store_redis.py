@@ -1,0 +1,477 @@
+"""The Redis store against real Redis processes: the store contract on a single server and on a three-shard
+Cluster, fencing by ring epoch, one slot per domain, reopen, and the handoff helpers.
+
+The contract checks are the SQLite suite's, imported so one behaviour is stated once for every backend.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import random
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import pytest
+import redis
+from hypothesis import HealthCheck, given, settings
+from redis.cluster import RedisCluster
+
+from frontier_node.core.config import BudgetConfig, FrontierConfig, PolitenessConfig, RetryConfig
+from frontier_node.core.frontier import Frontier
+from frontier_node.core.journal import replay
+from frontier_node.core.records import Entry, Item, Kind
+from frontier_node.core.states import State
+from frontier_node.store.memory import MemoryStore
+from frontier_node.store.redis import FencedOut, RedisStore
+from hostring.clock import VirtualClock
+from hostring.domains import registrable_domain
+from tests.simweb import _check_replay, oracle, random_web, simulate
+from tests.test_store_sqlite import (
+    HOSTS,
+    KEYS,
+    METAS,
+    Driver,
+    make_entry,
+    ops,
+    snapshot,
+)
+from tests.test_store_sqlite import (
+    test_backlog_orders_by_priority_then_seq_with_strict_after_and_limit as test_contract_backlog_order,
+)
+from tests.test_store_sqlite import test_empty_store_answers as test_contract_empty_store
+from tests.test_store_sqlite import test_iterators_are_snapshots_taken_at_the_call as test_contract_snapshots
+from tests.test_store_sqlite import test_reads_see_buffered_writes_and_answer_alike as test_contract_reads
+
+__all__ = ["test_contract_backlog_order", "test_contract_empty_store", "test_contract_reads", "test_contract_snapshots"]
+
+Client = redis.Redis | RedisCluster
+MakeStore = Callable[..., RedisStore]
+
+
+@pytest.fixture(params=["single", "cluster"])
+def client(request: pytest.FixtureRequest) -> Client:
+    """A client of the single Redis or of the three-shard Cluster; the test's namespace is cleaned afterwards."""
+    name = "redis_client" if request.param == "single" else "redis_cluster_client"
+    c: Client = request.getfixturevalue(name)
+    return c
+
+
+@pytest.fixture
+def make_store(client: Client, redis_namespace: str) -> Iterator[MakeStore]:
+    """Open RedisStores on the test's namespace; closed at the end of the test."""
+    opened: list[RedisStore] = []
+
+    def make(node_id: str = "n1", epoch: Callable[[], int] | int = 1, namespace: str = redis_namespace) -> RedisStore:
+        s = RedisStore(client, node_id=node_id, epoch=epoch, namespace=namespace)
+        opened.append(s)
+        return s
+
+    yield make
+    for s in opened:
+        with contextlib.suppress(FencedOut):
+            s.close()
+
+
+@pytest.fixture
+def store(make_store: MakeStore) -> RedisStore:
+    """The store the imported contract checks run against."""
+    return make_store()
+
+
+def page(key_path: str, host: str, seq: int, state: State = State.SCHEDULED, priority: int = 0) -> Item:
+    """A real-looking page item: its domain is the registrable domain of its host."""
+    domain = registrable_domain(host)
+    return Item(key=f"https://{host}{key_path}", url=f"https://{host}{key_path}", host=host,
+                origin=f"https://{host}", domain=domain, kind=Kind.PAGE, depth=0, priority=priority, seq=seq,
+                state=state)  # fmt: skip
+
+
+def admit(s: RedisStore | MemoryStore, jseq: int, item: Item) -> int:
+    """Journal admit + schedule for `item` (as the core does); returns the next free journal seq."""
+    item.state = State.ADMITTED
+    s.record(make_entry(jseq, item.key, "discovered", "admit", "admitted", data=item.url), item)
+    item.state = State.SCHEDULED
+    s.record(make_entry(jseq + 1, item.key, "admitted", "schedule", "scheduled"), item)
+    return jseq + 2
+
+
+# -- the contract, as the reference store answers ---------------------------------------------------------
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
+@given(ops=ops)
+def test_redis_answers_like_memory(make_store: MakeStore, redis_namespace: str, ops: list[tuple[Any, ...]]) -> None:
+    namespace = f"{redis_namespace}-{uuid.uuid4().hex[:12]}"  # not `random`: Hypothesis seeds it per example
+    mem, red = MemoryStore(), make_store(namespace=namespace)
+    d_mem, d_red = Driver(), Driver()
+    for op in ops:
+        assert d_red.apply(red, op) == d_mem.apply(mem, op), op
+    assert snapshot(red, KEYS, HOSTS, METAS) == snapshot(mem, KEYS, HOSTS, METAS)
+    red.close()
+    assert snapshot(make_store(namespace=namespace), KEYS, HOSTS, METAS) == snapshot(mem, KEYS, HOSTS, METAS)
+
+
+class Mirror:
+    """A Store that writes to a MemoryStore and a RedisStore and checks every read answers alike."""
+
+    def __init__(self, mem: MemoryStore, red: RedisStore) -> None:
+        self.mem, self.red = mem, red
+        self.reads = 0
+
+    def _both(self, name: str, *args: Any) -> Any:
+        want = getattr(self.mem, name)(*args)
+        got = getattr(self.red, name)(*args)
+        if isinstance(want, Iterator):
+            want, got = list(want), list(got)
+        assert got == want, (name, args)
+        self.reads += 1
+        return iter(want) if name in ("journal", "items", "robots_records") else want
+
+    def record(self, entry: Entry, item: Item) -> None:
+        self.mem.record(entry, item)
+        self.red.record(entry, item)
+
+    def note(self, entry: Entry) -> None:
+        self.mem.note(entry)
+        self.red.note(entry)
+
+    def save_robots(self, origin: str, host: str, record: dict[str, object]) -> None:
+        self.mem.save_robots(origin, host, record)
+        self.red.save_robots(origin, host, record)
+
+    def set_meta(self, name: str, value: str) -> None:
+        self.mem.set_meta(name, value)
+        self.red.set_meta(name, value)
+
+    def flush(self) -> None:
+        self.mem.flush()
+        self.red.flush()
+
+    def get_meta(self, name: str) -> str | None:
+        return self._both("get_meta", name)  # type: ignore[no-any-return]
+
+    def backlog(self, host: str, after: tuple[int, int], limit: int) -> list[Item]:
+        return self._both("backlog", host, after, limit)  # type: ignore[no-any-return]
+
+    def get(self, key: str) -> Item | None:
+        return self._both("get", key)  # type: ignore[no-any-return]
+
+    def history(self, key: str) -> list[Entry]:
+        return self._both("history", key)  # type: ignore[no-any-return]
+
+    def journal(self, after_seq: int = 0) -> Iterator[Entry]:
+        return self._both("journal", after_seq)  # type: ignore[no-any-return]
+
+    def items(self, states: Iterable[State] | None = None) -> Iterator[Item]:
+        return self._both("items", None if states is None else list(states))  # type: ignore[no-any-return]
+
+    def scheduled_counts(self) -> dict[str, int]:
+        return self._both("scheduled_counts")  # type: ignore[no-any-return]
+
+    def robots_records(self) -> Iterator[tuple[str, str, dict[str, object]]]:
+        return self._both("robots_records")  # type: ignore[no-any-return]
+
+    def counts_by_state(self) -> dict[str, int]:
+        return self._both("counts_by_state")  # type: ignore[no-any-return]
+
+    def max_seqs(self) -> tuple[int, int]:
+        return self._both("max_seqs")  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        self.mem.close()
+        self.red.close()
+
+
+CONFIG = FrontierConfig(
+    politeness=PolitenessConfig(min_delay_s=0.5, give_up_after=10_000),
+    retry=RetryConfig(max_attempts=4, base_s=1.0, robots_max_attempts=4, max_expiries=50),
+    budgets=BudgetConfig(max_depth=None, max_pages_per_host=None, max_pages_per_domain=None),
+    lease_s=5.0,
+    window=2,  # tiny, so the core refills from the store all the time
+)
+
+
+@pytest.mark.parametrize("seed", [7, 2024])
+def test_the_core_crawls_a_simulated_web_on_redis_as_on_memory(make_store: MakeStore, seed: int) -> None:
+    """The real scheduler core on a Mirror: every store read it makes answers as the reference store does."""
+    rng = random.Random(seed)
+    model = random_web(rng, hosts=5, pages=8)
+    clock = VirtualClock()
+    mirror = Mirror(MemoryStore(), make_store())
+    frontier = Frontier(mirror, clock, CONFIG, rng=random.Random(seed))
+    trace = simulate(frontier, clock, model, rng, check_replay=True)
+    want_fetched, _ = oracle(model)
+    assert {pid for pid, n in trace.successes.items() if n} == want_fetched
+    assert mirror.reads > 0
+    _check_replay(frontier)  # journal replay agrees with the rows, read through the Mirror
+    red, mem = mirror.red, mirror.mem
+    keys = [r.key for r in mem.items()]
+    hosts = sorted({r.host for r in mem.items()})
+    assert snapshot(red, keys, hosts, ["run_id", "scope"]) == snapshot(mem, keys, hosts, ["run_id", "scope"])
+    assert list(red.journal()) == mem.entries
+    assert {k: (r.state, r.attempt) for k, r in replay(red.journal()).items()} == {
+        r.key: (r.state, r.attempt) for r in red.items()
+    }
+
+
+# -- fencing -----------------------------------------------------------------------------------------------
+
+
+def test_a_node_that_lost_a_domain_cannot_write_to_it(make_store: MakeStore, client: Client) -> None:
+    epoch_a = [1]
+    a = make_store("node-a", lambda: epoch_a[0])
+    b = make_store("node-b", 2)
+    assert a.claim("moved.com", 1) == ("", -1)
+    assert a.claim("kept.com", 1) == ("", -1)
+    jseq = admit(a, 1, page("/1", "www.moved.com", 1))
+    jseq = admit(a, jseq, page("/1", "www.kept.com", 2))
+    a.flush()
+    assert a.fence("moved.com") == ("node-a", 1)
+
+    assert b.claim("moved.com", 2) == ("node-a", 1)  # the ring moved the domain at epoch 2
+    jseq = admit(a, jseq, page("/2", "www.moved.com", 3))  # A does not know yet
+    jseq = admit(a, jseq, page("/2", "www.kept.com", 4))
+    a.save_robots("https://www.moved.com", "www.moved.com", {"status": 200})
+    before = {k: client.dump(k) for k in a.domain_keys("moved.com")}
+    with pytest.raises(FencedOut) as refused:
+        a.flush()
+    err = refused.value
+    assert (err.domain, err.writer_epoch, err.fence_epoch, err.owner, err.others) == ("moved.com", 1, 2, "node-b", ())
+    assert {k: client.dump(k) for k in a.domain_keys("moved.com")} == before  # nothing of A's batch landed
+    assert a.get("https://www.moved.com/2") is None
+    assert [e.seq for e in b.history("https://www.moved.com/2")] == []
+    got = a.get("https://www.kept.com/2")  # the other domain's batch did land
+    assert got is not None and got.state is State.SCHEDULED
+    assert [e.seq for e in a.history("https://www.kept.com/2")] == [7, 8]
+    a.flush()  # the refused batch is dropped, not retried forever
+
+    admit(b, 100, page("/3", "www.moved.com", 50))
+    b.flush()  # the new owner writes fine
+    assert [i.key for i in b.backlog("www.moved.com", (-1, 0), 10)] == [
+        "https://www.moved.com/1",
+        "https://www.moved.com/3",
+    ]
+    assert "moved.com" not in a.held_domains() and "moved.com" in b.held_domains()
+    assert {i.key for i in a.items()} == {"https://www.kept.com/1", "https://www.kept.com/2"}
+
+    # an old epoch stays locked out; an equal epoch with another owner too; a newer epoch takes the fence
+    epoch_a[0] = 2
+    admit(a, 200, page("/4", "www.moved.com", 60))
+    with pytest.raises(FencedOut, match="owner 'node-b' at epoch 2, writer epoch 2"):
+        a.flush()
+    with pytest.raises(FencedOut):
+        a.claim("moved.com", 1)
+    epoch_a[0] = 3
+    admit(a, 300, page("/5", "www.moved.com", 70))
+    a.flush()
+    assert a.fence("moved.com") == ("node-a", 3)
+    admit(b, 400, page("/6", "www.moved.com", 80))
+    with pytest.raises(FencedOut):
+        b.flush()
+
+
+def test_one_flush_refused_for_several_domains_names_them_all(make_store: MakeStore) -> None:
+    a, b = make_store("node-a", 1), make_store("node-b", 5)
+    for d in ("one.org", "two.org"):
+        b.claim(d, 5)
+    jseq = 1
+    for host in ("www.one.org", "www.two.org", "www.three.org"):
+        jseq = admit(a, jseq, page("/", host, jseq))
+    with pytest.raises(FencedOut) as refused:
+        a.flush()
+    assert sorted([refused.value.domain, *(o.domain for o in refused.value.others)]) == ["one.org", "two.org"]
+    assert [i.key for i in a.items()] == ["https://www.three.org/"]
+
+
+def test_keys_of_a_domain_share_one_cluster_slot(make_store: MakeStore, client: Client) -> None:
+    s = make_store("node-a", 1)
+    jseq = 1
+    for i, host in enumerate(["example.co.uk", "www.example.co.uk", "img.example.co.uk", "other.net"]):
+        jseq = admit(s, jseq, page(f"/{i}", host, i + 1))
+    s.save_robots("https://www.example.co.uk", "www.example.co.uk", {"status": 404})
+    s.note(make_entry(jseq, "https://img.example.co.uk/0", "scheduled", "late_evidence", "scheduled"))
+    s.flush()
+    keys = s.domain_keys("example.co.uk")
+    assert sorted(k.split("}:", 1)[1] for k in keys) == [
+        "fence", "items", "j:node-a", "meta", "q:example.co.uk", "q:img.example.co.uk", "q:www.example.co.uk",
+        "robots", "sched", "states", "writers",
+    ]  # fmt: skip
+    if isinstance(client, RedisCluster):
+        slots = {int(client.cluster_keyslot(k)) for k in keys}
+        assert slots == {_keyslot(k) for k in keys}
+    else:
+        slots = {_keyslot(k) for k in keys}
+    assert len(slots) == 1
+    assert slots != {_keyslot(k) for k in s.domain_keys("other.net")}
+
+
+def _keyslot(key: str) -> int:
+    """CRC16 hash slot of a key with its hash tag, as Redis Cluster computes it (the single server has no slots)."""
+    from redis.crc import key_slot
+
+    return int(key_slot(key.encode()))
+
+
+# -- restart, handoff ----------------------------------------------------------------------------------------
+
+
+def test_reopen_sees_everything(make_store: MakeStore) -> None:
+    s = make_store("node-a", 4)
+    mem = MemoryStore()
+    jseq = 1
+    for target in (s, mem):
+        jseq = 1
+        for i in range(30):
+            it = page(f"/p{i}", f"h{i % 4}.example.org", i + 1, priority=i % 3)
+            jseq = admit(target, jseq, it)
+            if i % 5 == 0:
+                it.state, it.attempt, it.generation = State.LEASED, 1, 1
+                target.record(make_entry(jseq, it.key, "scheduled", "lease", "leased"), it)
+                jseq += 1
+        target.note(make_entry(jseq, "not a url", "discovered", "reject", "rejected", reason="malformed"))
+        target.save_robots("https://h1.example.org", "h1.example.org", {"status": 200, "rules": ["Disallow: /x"]})
+        target.set_meta("run_id", "r1")
+    s.close()
+    again = make_store("node-a", 4)
+    keys = [f"https://h{i % 4}.example.org/p{i}" for i in range(30)] + ["not a url"]
+    hosts = [f"h{i}.example.org" for i in range(4)]
+    assert snapshot(again, keys, hosts, ["run_id"]) == snapshot(mem, keys, hosts, ["run_id"])
+    assert again.max_seqs() == (jseq, 30)
+    assert [i.key for i in again.items([State.LEASED])] == [k for i, k in enumerate(keys[:30]) if i % 5 == 0]
+
+
+def test_adopt_domain_hands_rows_and_robots_to_the_new_owner(make_store: MakeStore) -> None:
+    a, b = make_store("node-a", 1), make_store("node-b", 2)
+    jseq = 1
+    for i in range(5):
+        jseq = admit(a, jseq, page(f"/{i}", "www.moving.io", i + 1, priority=-i))
+    jseq = admit(a, jseq, page("/", "www.staying.io", 9))
+    a.save_robots("https://www.moving.io", "www.moving.io", {"status": 200, "delay": 2.5})
+    a.flush()
+    adopted = b.adopt_domain("moving.io", 2)
+    assert (adopted.previous_owner, adopted.previous_epoch, adopted.epoch) == ("node-a", 1, 2)
+    assert [i.key for i in adopted.items] == [f"https://www.moving.io/{i}" for i in range(5)]
+    assert all(i.state is State.SCHEDULED for i in adopted.items)
+    assert adopted.robots == [("https://www.moving.io", "www.moving.io", {"status": 200, "delay": 2.5})]
+    assert [i.key for i in b.backlog("www.moving.io", (-(2**62), -1), 2)] == [
+        "https://www.moving.io/4",
+        "https://www.moving.io/3",
+    ]
+    # the new owner's lines continue the key's history after the old owner's, whatever their seqs
+    it = adopted.items[0]
+    it.state = State.LEASED
+    b.record(make_entry(3, it.key, "scheduled", "lease", "leased"), it)
+    b.flush()
+    assert [(e.seq, e.event) for e in b.history(it.key)] == [(1, "admit"), (2, "schedule"), (3, "lease")]
+    assert [e.seq for e in b.journal()] == [3]
+    assert b.counts_by_state() == {"scheduled": 4, "leased": 1}
+    assert a.counts_by_state() == {"scheduled": 1}
+    assert list(a.robots_records()) == []
+    assert [e.seq for e in a.journal()] == list(range(1, jseq))  # the old owner's journal is its own history
+    admit(a, jseq, page("/late", "www.moving.io", 99))
+    with pytest.raises(FencedOut):
+        a.flush()
+
+
+def test_export_import_round_trip(make_store: MakeStore, redis_namespace: str) -> None:
+    a = make_store("node-a", 1)
+    jseq = 1
+    for i in range(6):
+        it = page(f"/{i}", "shop.example.net" if i % 2 else "www.example.net", i + 1, priority=i % 2)
+        jseq = admit(a, jseq, it)
+    it.state, it.attempt = State.LEASED, 1
+    a.record(make_entry(jseq, it.key, "scheduled", "lease", "leased"), it)
+    a.save_robots("https://www.example.net", "www.example.net", {"status": 404})
+    a.save_robots("https://shop.example.net", "shop.example.net", {"status": 200, "rules": []})
+    a.flush()
+    data = a.export_domain("example.net")
+    assert data["fence"] == {"owner": "node-a", "epoch": 1}
+    assert len(data["items"]) == 6 and len(data["journal"]) == jseq and len(data["robots"]) == 2
+    assert len(a.export_domain("example.net", journal_tail=3)["journal"]) == 3
+
+    other = make_store("node-z", 7, namespace=redis_namespace + "-copy")
+    other.import_domain("example.net", data, 7)
+    assert other.fence("example.net") == ("node-z", 7)
+    copy = other.export_domain("example.net")
+    assert copy["items"] == data["items"] and copy["robots"] == data["robots"]
+    assert copy["journal"] == data["journal"] and copy["fence"] == {"owner": "node-z", "epoch": 7}
+    assert list(other.items()) == list(a.items())
+    assert list(other.robots_records()) == list(a.robots_records())
+    assert other.scheduled_counts() == a.scheduled_counts() == {"www.example.net": 3, "shop.example.net": 2}
+    assert other.history(it.key) == a.history(it.key)
+    assert other.backlog("www.example.net", (-1, 0), 10) == a.backlog("www.example.net", (-1, 0), 10)
+    with pytest.raises(FencedOut):
+        make_store("node-y", 3, namespace=redis_namespace + "-copy").import_domain("example.net", data, 3)
+
+
+def _drop(s: RedisStore) -> None:
+    """Delete the keys of a store opened outside the make_store fixture."""
+    for key in list(s.client.scan_iter(match=s.namespace + ":*")):
+        s.client.delete(key)
+
+
+# -- odds and ends -------------------------------------------------------------------------------------------
+
+
+def test_orders_are_exact_across_the_whole_priority_and_seq_range(make_store: MakeStore) -> None:
+    s = make_store()
+    prios = [-(2**63), -(2**31) - 1, -1, 0, 1, 2**31, 2**53 + 1, 2**63 - 1]
+    jseq = 1
+    for n, p in enumerate(prios):
+        for seq in (2**53 + 1, 2**53, 1, 0):
+            it = page(f"/{n}/{seq}", "www.range.dev", seq, priority=p)
+            it.state = State.SCHEDULED
+            s.record(make_entry(jseq, it.key, "admitted", "schedule", "scheduled"), it)
+            jseq += 1
+    got = [(i.priority, i.seq) for i in s.backlog("www.range.dev", (-(2**64), 0), 1 << 62)]
+    assert got == sorted((p, q) for p in prios for q in (2**53 + 1, 2**53, 1, 0))
+    assert [(i.priority, i.seq) for i in s.backlog("www.range.dev", (0, 2**53), 3)] == [(0, 2**53 + 1), (1, 0), (1, 1)]
+    with pytest.raises(ValueError, match="out of range"):
+        s.record(make_entry(jseq, "https://www.range.dev/x", "a", "b", "c"), page("/x", "www.range.dev", -1))
+
+
+def test_decoded_responses_and_from_url(redis_url: str, redis_namespace: str) -> None:
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        s = RedisStore(client, node_id="n1", epoch=1, namespace=redis_namespace)
+        admit(s, 1, page("/", "www.decoded.dev", 1))
+        s.save_robots("https://www.decoded.dev", "www.decoded.dev", {"status": 404})
+        s.set_meta("run_id", "x")
+        s.close()
+        t = RedisStore.from_url(redis_url, node_id="n1", epoch=1, namespace=redis_namespace)
+        assert isinstance(t.client, redis.Redis)
+        assert [e.seq for e in t.journal()] == [1, 2] and t.get_meta("run_id") == "x"
+        assert list(t.robots_records()) == [("https://www.decoded.dev", "www.decoded.dev", {"status": 404})]
+        t.close()
+    finally:
+        _drop(RedisStore(client, node_id="n1", epoch=1, namespace=redis_namespace))
+        client.close()
+
+
+def test_from_url_picks_the_cluster_client(redis_cluster_url: str, redis_namespace: str) -> None:
+    s = RedisStore.from_url(redis_cluster_url, node_id="n1", epoch=1, namespace=redis_namespace)
+    try:
+        assert isinstance(s.client, RedisCluster)
+        admit(s, 1, page("/", "www.cluster.dev", 1))
+        assert [i.key for i in s.backlog("www.cluster.dev", (-1, 0), 5)] == ["https://www.cluster.dev/"]
+    finally:
+        _drop(s)
+        s.close()
+
+
+def test_scripts_come_back_after_script_flush(make_store: MakeStore, client: Client) -> None:
+    s = make_store()
+    admit(s, 1, page("/", "www.flushed.dev", 1))
+    s.flush()
+    client.script_flush()
+    admit(s, 3, page("/2", "www.flushed.dev", 2))
+    s.flush()
+    assert [i.key for i in s.backlog("www.flushed.dev", (-1, 0), 5)] == [
+        "https://www.flushed.dev/",
+        "https://www.flushed.dev/2",
+    ]
+    assert dataclasses.replace(s.get("https://www.flushed.dev/2") or page("/", "x.dev", 0)).seq == 2
