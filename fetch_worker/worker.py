@@ -268,13 +268,20 @@ class Worker:
         request = pb.CompleteRequest(
             lease_id=item.lease_id, generation=item.generation, outcome=outcome, worker_id=self.worker_id, links=links
         )
-        for attempt in range(5):
+        for attempt in range(6):
             try:
                 resp = await self.stub(address).Complete(request, timeout=30)
                 break
             except grpc.aio.AioRpcError as e:
+                # The node may have lost the domain (wrong owner) or died: the lease lives on in the shared
+                # store, so the domain's owner at the newest epoch can settle it.
                 log.warning("complete on %s failed (%s), retrying", address, e.code().name)
                 await asyncio.sleep(0.2 * 2**attempt)
+                if e.code() in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.UNAVAILABLE):
+                    with contextlib.suppress(Exception):
+                        await self.router.refresh()
+                    with contextlib.suppress(LookupError):
+                        address = self.router.owner(item.domain) if item.domain else address
         else:
             log.error("could not complete %s; its lease will expire and it will be handed out again", item.url)
             return

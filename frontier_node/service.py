@@ -12,7 +12,7 @@ import grpc
 
 from frontier_node.core.frontier import Frontier, LeaseError
 from frontier_node.core.hosts import Host
-from frontier_node.core.records import Item
+from frontier_node.core.records import Item, key_domain
 from frontier_node.report import coverage_report
 from hostring.urls import UrlRejected, identify
 from hostring.v1 import frontier_pb2 as pb
@@ -88,6 +88,11 @@ class FrontierService(pb_grpc.FrontierServicer):
         if not request.lease_id:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "lease_id is required")
         with self.cond:
+            item = self.frontier.leased.get(request.lease_id)
+            domain = item.domain if item is not None else key_domain(request.lease_id)
+            if not self.frontier.owns(domain):
+                context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                              f"wrong_owner: this node does not own {domain!r} at epoch {self.epoch()}")
             done = self.frontier.complete(request.lease_id, request.generation, request.outcome, request.links)
             self.frontier.store.flush()
             self.cond.notify_all()
@@ -235,4 +240,5 @@ def _lease_item(item: Item) -> pb.LeaseItem:
         attempt=item.attempt,
         host=item.host,
         redirect_hops=item.redirect_hops,
+        domain=item.domain,
     )

@@ -5,16 +5,19 @@ from what the *server* saw (`LocalWeb.hits`: each request with its start and end
 requests in flight on its origin) and from the crawl's report.json and journal. Only loopback servers that
 the tests start are ever contacted.
 
-Some crawls wait on hostring's default retry backoff (5 s, 10 s, 20 s, not configurable from the command
-line): a robots file that answers 503, and a refused address. Those run as background `hostring crawl`
-processes started when the module starts (`_prestart_background_crawls`), so their waiting overlaps the
-other tests; the tests that judge them wait for them at the end.
+One crawl must wait out hostring's default robots retry backoff (about 5 + 10 + 20 s with jitter; neither
+`hostring crawl` nor CrawlOptions can shorten it): a robots file that answers 503 takes about 40 s to end.
+It, and the two network-refusal crawls (which took as long before a refused robots fetch stopped being
+retried), run as background `hostring crawl` processes started with the module
+(`_prestart_background_crawls`), so their waiting overlaps the other tests; the tests that judge them come
+last in the file.
 """
 
 from __future__ import annotations
 
 import re
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,18 +86,24 @@ class Background:
     web: CountingWeb
     proc: CrawlProcess
     out: Path
-    info: dict[str, Any]
+    started_at: float
 
     def finish(self, timeout: float) -> int:
         """Wait for the crawl to end by itself (bounded); its exit code."""
         return self.proc.wait(timeout)
 
+    @property
+    def took(self) -> float:
+        """Seconds from the start of the command to its report (it may have ended long before we waited)."""
+        return (self.out / "report.json").stat().st_mtime - self.started_at
+
 
 def _start_background(tmp: Path, web: CountingWeb, seeds: list[str], *, allow: tuple[str, ...],
-                      scope: Path | None = None, info: dict[str, Any] | None = None) -> Background:
+                      scope: Path | None = None) -> Background:
     out = tmp / "crawl"
+    started_at = time.time()
     proc = CrawlProcess(crawl_cmd(seeds, out, delay=0.05, allow=allow, scope=scope), out, tmp).start()
-    return Background(web, proc, out, info or {})
+    return Background(web, proc, out, started_at)
 
 
 @pytest.fixture(scope="module")
@@ -184,6 +193,8 @@ def test_random_web_every_reachable_allowed_page_fetched_exactly_once(tmp_path: 
         assert web.duplicates(include_robots=True) == [], "fetched more than once (any spelling)"
         robots_seen = {(h.label, h.resource) for h in web.hits} - hit_keys(web, frozenset(oracle.robots_fetches))
         assert robots_seen == oracle.robots_fetches, "robots files requested differ from the ones needed"
+        for label in web.origins:  # robots redirect hops land on other origins: they are paced there too
+            assert politeness_violations(web, label, 0.05) == [], f"origin {label}"
 
         # The report agrees with the server.
         pages = hit_keys(web, frozenset(oracle.robots_fetches))
@@ -294,6 +305,20 @@ def test_robots_redirect_hop_respects_the_target_origins_politeness(tmp_path: Pa
             assert politeness_violations(web, label, delay) == [], f"origin {label}"
 
 
+def test_robots_crawl_delay_holds_from_the_first_request_after_robots(tmp_path: Path) -> None:
+    """A Crawl-delay in the crawler's robots group paces the origin from the request right after robots.txt on,
+    not only from the second page (the crawl's own --delay is 0.05 s)."""
+    sites = {"cd": Site(pages={"/": html_page(links("/1", "/2")), "/1": html_page(links("/", "/2")),
+                               "/2": html_page(links("/1"))},
+                        robots=robots_page("User-agent: *\nCrawl-delay: 0.5\nDisallow: /private\n"))}
+    with LocalWeb(sites) as web:
+        code, _, text = crawl_in_process([web.url("cd")], tmp_path / "crawl", delay=0.05,
+                                         scope=scope_file(web, tmp_path / "scope.txt"))
+        assert code == 0, text
+        assert [h.resource for h in web.hits_for("cd")] == ["/robots.txt", "/", "/1", "/2"]
+        assert politeness_violations(web, "cd", 0.5) == []
+
+
 # ==================================================================================== 3. politeness
 
 
@@ -351,9 +376,14 @@ def test_redirect_chain_across_origins_each_hop_paced_by_its_own_origin(tmp_path
         for label, path in [("a", "/start"), ("a", "/also"), ("b", "/hop"), ("c", "/final")]:
             assert counts[(web.origins[label], path)] == 1, (label, path)
         assert web.duplicates(include_robots=True) == []
-        for label, pace in [("a", delay), ("b", 0.4), ("c", delay)]:
+        for label in sites:
             assert web.max_concurrency(label) == 1
-            assert politeness_violations(web, label, pace) == [], f"origin {label}"
+            assert politeness_violations(web, label, delay) == [], f"origin {label}"
+        # b keeps its Crawl-delay, the hop included. (The pause right after b's robots.txt is judged by
+        # test_robots_crawl_delay_holds_from_the_first_request_after_robots.)
+        short = [(round(gap, 3), cur.path) for gap, prev, cur in gaps(web.hits_for("b"))
+                 if prev.resource != "/robots.txt" and gap < 0.4 - 0.02]
+        assert short == [], "b's Crawl-delay: 0.4 not held"
 
         def hit(label: str, path: str) -> Any:
             return next(h for h in web.hits_for(label) if h.resource == path)
@@ -377,15 +407,15 @@ def test_redirect_chain_across_origins_each_hop_paced_by_its_own_origin(tmp_path
 
 def test_oversize_body_and_decompression_bomb_are_named_failures(tmp_path: Path) -> None:
     """A body over the 10 MiB default limit (the crawl has no flag to lower it; 10 MiB on loopback is cheap) and
-    a gzip bomb (64 MiB of zeros, over the 20 MiB decoded limit) end failed as too_large and decompression_bomb,
+    a gzip bomb (32 MiB of zeros, over the 20 MiB decoded limit) end failed as too_large and decompression_bomb,
     are not retried, and their origins' other pages are still fetched. Brotli and deflate bombs too."""
     big = b"<!DOCTYPE html><html><body>" + b"x" * (10 * 2**20) + b"</body></html>"
     sites = {
         "big": Site(pages={"/": html_page(links("/huge", "/after")), "/huge": Page(body=big),
                            "/after": html_page(links("/", "/huge"))}),
         "bomb": Site(pages={"/": html_page(links("/gz", "/br", "/deflate", "/after")),
-                            "/gz": bomb_page("gzip", 64 * 2**20), "/br": bomb_page("br", 64 * 2**20),
-                            "/deflate": bomb_page("deflate", 64 * 2**20), "/after": html_page(links("/", "/gz"))}),
+                            "/gz": bomb_page("gzip", 32 * 2**20), "/br": bomb_page("br", 32 * 2**20),
+                            "/deflate": bomb_page("deflate", 32 * 2**20), "/after": html_page(links("/", "/gz"))}),
     }
     with LocalWeb(sites) as web:
         code, report, text = crawl_in_process([web.url(x) for x in sites], tmp_path / "crawl", delay=0.05,
@@ -439,7 +469,7 @@ def test_trickle_and_429_are_named_outcomes_and_back_the_origin_off(tmp_path: Pa
         trickles = [h for h in web.hits_for("slow") if h.resource == "/trickle"]
         assert len(trickles) == rows[("slow", "/trickle")]["attempts"] >= 2
         for h in trickles:
-            assert not h.complete and 0.8 < h.end - h.start < 2.0, h
+            assert not h.complete and 0.5 < h.end - h.start < 5.0, h  # the whole body would take 40 s
         after_trickle = [(gap, cur) for gap, prev, cur in gaps(web.hits_for("slow")) if prev.resource == "/trickle"]
         assert after_trickle, "nothing was requested from the origin after its timeout"
         for gap, cur in after_trickle:
@@ -464,19 +494,20 @@ def test_trickle_and_429_are_named_outcomes_and_back_the_origin_off(tmp_path: Pa
 @pytest.mark.timeout(120)
 def test_sigkill_midway_then_resume_finishes_without_unexplained_refetches(tmp_path: Path) -> None:
     """SIGKILL the whole `hostring crawl` process group midway, while a request is in flight (a 1.5 s page that
-    comes after 7 others on its origin), then `hostring crawl --resume --out SAME`: every reachable allowed page
+    comes after 4 others on its origin), then `hostring crawl --resume --out SAME`: every reachable allowed page
     ends fetched, and the only resources the server saw twice are ones the journal records a lease expiry for."""
-    model = random_model(3, origins=3, pages_per_origin=15, unavailable_robots=0, redirect_robots_fraction=0.0,
+    model = random_model(5, origins=3, pages_per_origin=20, unavailable_robots=0, redirect_robots_fraction=0.0,
                          trap_fraction=0.0, user_agent=TOKEN)
-    # One more origin whose last page is slow: the kill comes while it is being served.
+    # One more origin whose last page is slow: the kill comes while it is being served, when every origin is
+    # about 5 requests in (each has at least 17 pages to fetch).
     model.origins.append("slow")
     model.robots["slow"] = RobotsSpec("missing")
-    others = [f"/p{i}" for i in range(1, 7)]
+    others = [f"/p{i}" for i in range(1, 4)]
     model.pages[("slow", "/")] = PageSpec(links=[LinkSpec(("slow", p)) for p in [*others, "/report"]])
     for p in [*others, "/report"]:
         model.pages[("slow", p)] = PageSpec(links=[LinkSpec(("slow", "/"))])
     model.seeds.append(("slow", "/"))
-    oracle, sites = oracle_for(model), render_model(model, 3)
+    oracle, sites = oracle_for(model), render_model(model, 5)
     assert ("slow", "/report") in oracle.reachable_allowed
     sites["slow"].pages["/report"].delay_s = 1.5
     for site in sites.values():
@@ -496,7 +527,7 @@ def test_sigkill_midway_then_resume_finishes_without_unexplained_refetches(tmp_p
         finally:
             first.kill()
         pages_before = hit_keys(web)
-        assert len(pages_before) >= 8 and oracle.reachable_allowed - pages_before, "the kill was not midway"
+        assert len(pages_before) >= 4 and len(oracle.reachable_allowed - pages_before) >= 20, "not midway"
         hits_before = len(web.hits)
 
         second = run_cli([*cmd, "--resume"], out, tmp_path, timeout=90, name="resume")
@@ -553,7 +584,7 @@ def test_robots_503_blocks_the_origin_and_the_crawl_still_ends(robots_503_crawl:
     (With the default retry backoff this takes about 35-45 s; a Retry-After: 60 would make it 3 minutes.)"""
     bg = robots_503_crawl
     code = bg.finish(timeout=140)
-    print(f"robots 503 crawl took {bg.proc.duration:.1f}s")
+    print(f"robots 503 crawl took {bg.took:.1f}s")
     assert code == 0, bg.proc.output()
     web = bg.web
     down = web.hits_for("down")
@@ -577,18 +608,18 @@ def test_robots_503_blocks_the_origin_and_the_crawl_still_ends(robots_503_crawl:
 @pytest.mark.slow
 @pytest.mark.timeout(150)
 def test_loopback_seed_refused_without_allowlist_and_no_connection_made(refused_seed_crawl: Background) -> None:
-    """Without --allow-network a loopback seed is refused: the server sees no TCP connection at all, the
-    seed ends failed with network_policy, and a policy refusal (not a transient error) is not retried."""
+    """Without --allow-network a loopback seed is refused: the server sees no TCP connection at all, the seed
+    ends with reason network_policy (failed, or suppressed when the refusal came on its robots fetch: a scheduled
+    item has no edge to failed), not as robots_unavailable, and a policy refusal is not retried."""
     bg = refused_seed_crawl
     code = bg.finish(timeout=140)
-    print(f"refused-seed crawl took {bg.proc.duration:.1f}s")
+    print(f"refused-seed crawl took {bg.took:.1f}s")
     assert code == 0, bg.proc.output()
     assert bg.web.connections["a"] == 0 and bg.web.hits == []
     report = load_report(bg.out)
     row = dispositions(report, bg.web)[("a", "/")]
-    assert "network_policy" in row["reason"], row
-    assert row["state"] == "failed", row
-    assert report["failures_by_class"].get("network_policy") == 1, report["failures_by_class"]
+    assert row["state"] in ("failed", "suppressed") and row["reason"].startswith("network_policy"), row
+    assert f"{row['state']}:network_policy" in report["by_reason"], report["by_reason"]
     robots_key = "robots:" + bg.web.origins["a"]
     assert len(journal(bg.out, event="lease", key=robots_key)) <= 1, "a policy refusal was retried"
 
@@ -600,7 +631,7 @@ def test_redirect_to_a_refused_address_is_refused(refused_redirect_crawl: Backgr
     scope, so the refusal is the network policy's) and sees no connection; the allowed origin is crawled."""
     bg = refused_redirect_crawl
     code = bg.finish(timeout=140)
-    print(f"refused-redirect crawl took {bg.proc.duration:.1f}s")
+    print(f"refused-redirect crawl took {bg.took:.1f}s")
     assert code == 0, bg.proc.output()
     web = bg.web
     assert web.connections["bad"] == 0 and web.hits_for("bad") == []
@@ -609,5 +640,6 @@ def test_redirect_to_a_refused_address_is_refused(refused_redirect_crawl: Backgr
     rows = dispositions(report, web)
     assert rows[("ok", "/go")]["status"] == 301 and rows[("ok", "/go")]["state"] == "fetched"
     target = rows[("bad", "/target")]
-    assert "network_policy" in target["reason"], target
-    assert target["state"] == "failed", target
+    assert target["state"] in ("failed", "suppressed") and target["reason"].startswith("network_policy"), target
+    robots_key = "robots:" + web.origins["bad"]
+    assert len(journal(bg.out, event="lease", key=robots_key)) <= 1, "a policy refusal was retried"

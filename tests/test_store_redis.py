@@ -7,7 +7,6 @@ The contract checks are the SQLite suite's, imported so one behaviour is stated 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import random
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -474,4 +473,37 @@ def test_scripts_come_back_after_script_flush(make_store: MakeStore, client: Cli
         "https://www.flushed.dev/",
         "https://www.flushed.dev/2",
     ]
-    assert dataclasses.replace(s.get("https://www.flushed.dev/2") or page("/", "x.dev", 0)).seq == 2
+    got = s.get("https://www.flushed.dev/2")
+    assert got is not None and got.seq == 2
+
+
+def test_odd_characters_survive(make_store: MakeStore) -> None:
+    s = make_store()
+    it = page("/a%00b?q=\u00e9\U0001f600", "www.odd.dev", 1)
+    it.reason, it.etag, it.source = "nul\x00 unit\x1f sep \u2028", '"quoted\\"', "\U0001f600"
+    admit(s, 1, it)
+    s.note(make_entry(3, it.key, "scheduled", "late_evidence", "scheduled", reason="\x1f\x00*?[]\\"))
+    s.save_robots("https://www.odd.dev", "www.odd.dev", {"rules": ["Disallow: /\u00e9\x00"], "\x1f": None})
+    s.set_meta("scope", "\x00\x1f\U0001f600")
+    s.close()
+    t = make_store()
+    assert t.get(it.key) == it
+    assert [e.reason for e in t.history(it.key)] == ["", "", "\x1f\x00*?[]\\"]
+    assert list(t.robots_records()) == [
+        ("https://www.odd.dev", "www.odd.dev", {"rules": ["Disallow: /\u00e9\x00"], "\x1f": None})
+    ]
+    assert t.get_meta("scope") == "\x00\x1f\U0001f600"
+
+
+def test_a_replayed_write_changes_nothing(make_store: MakeStore) -> None:
+    """The write script is idempotent, which is what makes resending a batch after a lost answer safe."""
+    s = make_store()
+    jseq = 1
+    for i in range(4):
+        jseq = admit(s, jseq, page(f"/{i}", "www.again.dev", i + 1))
+    batch = s._batches["again.dev"]
+    call = s._write_call("again.dev", batch, 1, s.node_id)
+    s.flush()
+    before = (s.counts_by_state(), s.scheduled_counts(), list(s.journal()), list(s.items()), s.max_seqs())
+    assert int(s._run_pipelined("write", {"again.dev": call})["again.dev"][0]) == 1
+    assert (s.counts_by_state(), s.scheduled_counts(), list(s.journal()), list(s.items()), s.max_seqs()) == before

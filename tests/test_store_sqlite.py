@@ -514,7 +514,8 @@ def test_kill_9_after_flush_keeps_every_flushed_row(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_kill_9_mid_stream_leaves_whole_batches(tmp_path: Path) -> None:
+@pytest.mark.parametrize("delay", [0.0, 0.004, 0.011])
+def test_kill_9_mid_stream_leaves_whole_batches(tmp_path: Path, delay: float) -> None:
     path = tmp_path / "node.sqlite3"
     child = run_child(path, 0, "race")
     assert child.stdout is not None
@@ -524,7 +525,7 @@ def test_kill_9_mid_stream_leaves_whole_batches(tmp_path: Path) -> None:
         last = json.loads(line)["flushed"]
         if last >= 8 or time.monotonic() > deadline:
             break
-    time.sleep(0.013)
+    time.sleep(delay)
     child.send_signal(signal.SIGKILL)
     child.wait(10)
     batches, _ = check_recovered(path)

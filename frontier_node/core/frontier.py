@@ -21,14 +21,12 @@ from frontier_node.core.dedup import BodyIndex, SeenSet, key_hash
 from frontier_node.core.hosts import Host
 from frontier_node.core.journal import pack_admit
 from frontier_node.core.ports import Store
-from frontier_node.core.records import Entry, Item, Kind, LinkLike, LinkVerdict, OutcomeLike, Verdict
+from frontier_node.core.records import ROBOTS_PREFIX, Entry, Item, Kind, LinkLike, LinkVerdict, OutcomeLike, Verdict
 from frontier_node.core.retry import OVERLOAD_STATUSES, Action, backoff_s, classify
 from frontier_node.core.robots import RobotsPolicy, RobotsRecord, RobotsVerdict
 from frontier_node.core.states import Event, State, next_state
 from hostring.clock import Clock
 from hostring.urls import UrlRejected, identify, robots_url
-
-ROBOTS_PREFIX = "robots:"
 
 
 class LeaseError(LookupError):

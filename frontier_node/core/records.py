@@ -10,6 +10,19 @@ from typing import NamedTuple, Protocol
 from frontier_node.core.states import State
 
 
+ROBOTS_PREFIX = "robots:"
+
+
+def key_domain(key: str) -> str:
+    """The registrable domain that owns a fetch key (robots items are keyed "robots:" + origin)."""
+    from hostring.urls import UrlRejected, identify
+
+    try:
+        return identify(key[len(ROBOTS_PREFIX) :] if key.startswith(ROBOTS_PREFIX) else key).domain
+    except UrlRejected:
+        return ""
+
+
 class Kind(enum.IntEnum):
     """What an item is; values match the wire enum ItemKind."""
 

@@ -31,6 +31,13 @@ writer's epoch is newer than the fence the write also moves the fence to (writer
 the writer owns the domain, and every node still on an older epoch is locked out from then on. `claim()` sets
 the fence explicitly (epoch >= fence epoch, any owner).
 
+Flush: node-scoped writes (domain set, lookup tables, meta, orphan lines) go first, in their own round trip
+and only when there are any, so the domain set names a domain before the domain holds data; then every
+domain's script call in one non-transactional pipeline. Atomic per domain, not across domains (a Cluster has
+no cross-slot transaction): a FencedOut names the refused domains, and every other domain's batch landed.
+A `note()` goes to the domain its key names (the node's key table, else the URL in the key); a key that is
+not a URL goes to the node's orphan lines.
+
 Journal ordering: lines live in per-domain, per-writer sets and keep the core's seq. `journal()` is this
 node's own journal: its lines of every domain it ever wrote, merged by seq (a node's seqs are unique and
 increasing). A domain's history across owners is ordered by (epoch, seq): the fence makes epochs non-decreasing
@@ -80,7 +87,6 @@ _EPOCH_LIMIT: Final = 2**53
 _ORDER_LEN: Final = 41  # "pppp…(20):ssss…(20)"
 _JOURNAL_WINDOW: Final = 8192
 _SCAN_COUNT: Final = 2000
-_UNPACK_CHUNK: Final = 4000  # Lua's unpack() stack limit is ~8000 values
 
 # Row JSON: every Item field except the key (the hash field) and state/host/priority/seq (in the prefix).
 _ROW_FIELDS: Final = (
@@ -98,8 +104,9 @@ _INT_KIND: Final[dict[int, Kind]] = {int(k): k for k in Kind}
 
 # KEYS: 1 fence, 2 items, 3 domain meta, 4 states, 5 sched, 6 robots, 7 journal of the line writer, 8 writers,
 # 9.. backlogs of the batch's hosts (declared for Cluster routing; all in the same slot).
-# ARGV: 1 writer, 2 epoch, 3 backlog key prefix, 4 line writer, 5 #lines, 6 #rows, 7 #robots, 8 jmax, 9 imax,
-# then the lines, (key, packed row) pairs and (origin, packed robots) pairs.
+# ARGV: 1 writer, 2 epoch, 3 backlog key prefix, 4 line writer, 5 jmax, 6 imax, 7 JSON array of the lines,
+# 8 JSON array of key, packed row, key, ..., 9 JSON array of origin, packed record, ... (three arguments rather
+# than thousands: redis-py packs each argument in Python, and that was the bulk of a flush's time).
 _WRITE_LUA: Final = r"""
 local writer, epoch = ARGV[1], tonumber(ARGV[2])
 local fence = redis.call('HMGET', KEYS[1], 'owner', 'epoch')
@@ -113,25 +120,27 @@ else
   redis.call('HSET', KEYS[1], 'owner', writer, 'epoch', ARGV[2])
 end
 local qprefix = ARGV[3]
-local nlines, nrows, nrobots = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-local i = 10
-if nlines > 0 then
+local lines, rows, robots = cjson.decode(ARGV[7]), cjson.decode(ARGV[8]), cjson.decode(ARGV[9])
+if #lines > 0 then
   redis.call('SADD', KEYS[8], ARGV[4])
-  for _ = 1, nlines do
-    redis.call('ZADD', KEYS[7], 0, ARGV[i])
-    i = i + 1
+  for s = 1, #lines, 4000 do
+    local chunk = {}
+    for n = s, math.min(s + 3999, #lines) do
+      chunk[#chunk + 1] = 0
+      chunk[#chunk + 1] = lines[n]
+    end
+    redis.call('ZADD', KEYS[7], unpack(chunk))
   end
 end
-for f, v in pairs({jmax = ARGV[8], imax = ARGV[9]}) do
+for f, v in pairs({jmax = ARGV[5], imax = ARGV[6]}) do
   if v ~= '' then
     local cur = redis.call('HGET', KEYS[3], f)
     if not cur or v > cur then redis.call('HSET', KEYS[3], f, v) end
   end
 end
 local pat = '^([^\031]*)\031([^\031]*)\031([^\031]*)\031([^\031]*)\031()'
-for _ = 1, nrows do
-  local key, value = ARGV[i], ARGV[i + 1]
-  i = i + 2
+for i = 1, #rows, 2 do
+  local key, value = rows[i], rows[i + 1]
   local ns, nh, no, nf, rest = string.match(value, pat)
   local old = redis.call('HGET', KEYS[2], key)
   if old then
@@ -150,9 +159,8 @@ for _ = 1, nrows do
     redis.call('HINCRBY', KEYS[5], nh, 1)
   end
 end
-for _ = 1, nrobots do
-  local origin, value = ARGV[i], ARGV[i + 1]
-  i = i + 2
+for i = 1, #robots, 2 do
+  local origin, value = robots[i], robots[i + 1]
   local old = redis.call('HGET', KEYS[6], origin)
   if old then
     local of = string.match(old, '^([^\031]*)\031')
@@ -324,6 +332,11 @@ def derived_domain(key: str) -> str | None:
         return identify(text).domain
     except UrlRejected:
         return None
+
+
+def _json_array(strings: list[str]) -> str:
+    """A JSON array of strings for the write script's cjson.decode; "{}" for none (cjson's empty table)."""
+    return json.dumps(strings, ensure_ascii=False, separators=(",", ":")) if strings else "{}"
 
 
 def _unpack_robots(origin: str, packed: str) -> tuple[str, str, dict[str, object]]:
@@ -592,23 +605,23 @@ class RedisStore:
         self._meta = {}
         self._orphans = []
 
-    def _write_call(self, domain: str, batch: _Batch, epoch: int, line_writer: str) -> tuple[list[str], list[object]]:
-        """KEYS and ARGV of one write-script call for `batch`."""
+    def _write_call(
+        self, domain: str, batch: _Batch, epoch: int, line_writer: str, lines: list[str] | None = None
+    ) -> tuple[list[str], list[object]]:
+        """KEYS and ARGV of one write-script call for `batch`; `lines` replaces the batch's own journal members."""
         keys = self._domain_keys(domain, line_writer)
         qprefix = self._dkey(domain, "q:")
         keys.extend(qprefix + h for h in sorted(batch.hosts))
-        jmax = max((e.seq for e in batch.entries), default=-1)
+        if lines is None:
+            lines = [_pack_line(e, epoch) for e in batch.entries]
+        jmax = max((int(m[:20]) for m in lines), default=-1)
         args: list[object] = [
-            self.node_id, epoch, qprefix, line_writer, len(batch.entries), len(batch.rows), len(batch.robots),
+            self.node_id, epoch, qprefix, line_writer,
             f"{jmax:020d}" if jmax >= 0 else "", f"{batch.imax:020d}" if batch.imax >= 0 else "",
+            _json_array(lines),
+            _json_array([s for pair in batch.rows.items() for s in pair]),
+            _json_array([s for pair in batch.robots.items() for s in pair]),
         ]  # fmt: skip
-        args.extend(_pack_line(e, epoch) for e in batch.entries)
-        for key, packed in batch.rows.items():
-            args.append(key)
-            args.append(packed)
-        for origin, packed in batch.robots.items():
-            args.append(origin)
-            args.append(packed)
         return keys, args
 
     def _flush_domains(self, epoch: int) -> None:
@@ -734,14 +747,8 @@ class RedisStore:
         calls: dict[str, tuple[list[str], list[object]]] = {}
         writers = sorted(by_writer) or [self.node_id]
         for n, writer in enumerate(writers):
-            part = batch if n == 0 else _Batch()
-            keys, args = self._write_call(domain, part, epoch, writer)
             lines = [_pack_line(e, ep) for ep, e in by_writer.get(writer, [])]
-            args[4] = len(lines)
-            jmax = max((e.seq for _, e in by_writer.get(writer, [])), default=-1)
-            args[7] = f"{jmax:020d}" if jmax >= 0 else ""
-            args[9:9] = lines
-            calls[writer] = (keys, args)
+            calls[writer] = self._write_call(domain, batch if n == 0 else _Batch(), epoch, writer, lines)
         for res in self._run_pipelined("write", calls).values():
             if isinstance(res, BaseException):
                 raise res

@@ -92,7 +92,7 @@ class LeaseRequest(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., max_items: _Optional[int] = ..., wait_ms: _Optional[int] = ..., ring_epoch: _Optional[int] = ...) -> None: ...
 
 class LeaseItem(_message.Message):
-    __slots__ = ("lease_id", "generation", "deadline_ms", "fetch_key", "url", "kind", "etag", "last_modified", "depth", "attempt", "host", "redirect_hops")
+    __slots__ = ("lease_id", "generation", "deadline_ms", "fetch_key", "url", "kind", "etag", "last_modified", "depth", "attempt", "host", "redirect_hops", "domain")
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
@@ -105,6 +105,7 @@ class LeaseItem(_message.Message):
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     HOST_FIELD_NUMBER: _ClassVar[int]
     REDIRECT_HOPS_FIELD_NUMBER: _ClassVar[int]
+    DOMAIN_FIELD_NUMBER: _ClassVar[int]
     lease_id: str
     generation: int
     deadline_ms: int
@@ -117,7 +118,8 @@ class LeaseItem(_message.Message):
     attempt: int
     host: str
     redirect_hops: int
-    def __init__(self, lease_id: _Optional[str] = ..., generation: _Optional[int] = ..., deadline_ms: _Optional[int] = ..., fetch_key: _Optional[str] = ..., url: _Optional[str] = ..., kind: _Optional[_Union[ItemKind, str]] = ..., etag: _Optional[str] = ..., last_modified: _Optional[str] = ..., depth: _Optional[int] = ..., attempt: _Optional[int] = ..., host: _Optional[str] = ..., redirect_hops: _Optional[int] = ...) -> None: ...
+    domain: str
+    def __init__(self, lease_id: _Optional[str] = ..., generation: _Optional[int] = ..., deadline_ms: _Optional[int] = ..., fetch_key: _Optional[str] = ..., url: _Optional[str] = ..., kind: _Optional[_Union[ItemKind, str]] = ..., etag: _Optional[str] = ..., last_modified: _Optional[str] = ..., depth: _Optional[int] = ..., attempt: _Optional[int] = ..., host: _Optional[str] = ..., redirect_hops: _Optional[int] = ..., domain: _Optional[str] = ...) -> None: ...
 
 class LeaseResponse(_message.Message):
     __slots__ = ("items", "ring_epoch", "next_ready_ms", "drained")
