@@ -139,6 +139,7 @@ def machine() -> dict[str, Any]:
         "platform": platform.platform(),
         "grpcio": grpc.__version__,
         "sqlite": sqlite3.sqlite_version,
+        "loadavg_start": list(os.getloadavg()),
     }
 
 
@@ -154,6 +155,39 @@ def _proc_status(path: Path) -> dict[str, int]:
     except OSError:
         pass
     return out
+
+
+def cpu_seconds(pid: int | None = None) -> float:
+    """User + system CPU seconds of a process (all its threads): this one, or `pid` from /proc."""
+    if pid is None:
+        t = os.times()
+        return t.user + t.system
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Stopwatch:
+    """Wall seconds and CPU seconds of this process (and of a node process, if given) over a `with` block.
+
+    CPU seconds make a figure comparable on a machine shared with other work: count / CPU-s is the rate the
+    process would reach with a core of its own, give or take cache effects.
+    """
+
+    def __init__(self, node_pid: int | None = None) -> None:
+        self.node_pid = node_pid
+        self.wall = self.cpu = self.node_cpu = 0.0
+
+    def __enter__(self) -> Stopwatch:
+        self._t = time.perf_counter()
+        self._c = cpu_seconds()
+        self._n = cpu_seconds(self.node_pid) if self.node_pid else 0.0
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.wall = time.perf_counter() - self._t
+        self.cpu = cpu_seconds() - self._c
+        if self.node_pid:
+            self.node_cpu = cpu_seconds(self.node_pid) - self._n
 
 
 def unique_url(u: int, hosts: int) -> str:
@@ -336,13 +370,15 @@ def grpc_discover(node: NodeProcess, urls: list[str], w: Workload) -> dict[str, 
             resp = call(payloads[n], timeout=RPC_TIMEOUT_S)
             tally.update(v.verdict for v in resp.verdicts)
 
-    t0 = time.perf_counter()
-    _run_threads(w.grpc_streams, stream)
-    elapsed = time.perf_counter() - t0
+    with Stopwatch(node.proc.pid) as sw:
+        _run_threads(w.grpc_streams, stream)
     total: Counter[int] = sum(tallies, Counter())
     return {
-        "seconds": elapsed,
-        "links_per_s": len(urls) / elapsed,
+        "seconds": sw.wall,
+        "links_per_s": len(urls) / sw.wall,
+        "links_per_node_cpu_s": len(urls) / sw.node_cpu,
+        "node_cores_busy": sw.node_cpu / sw.wall,
+        "client_cores_busy": sw.cpu / sw.wall,
         "admitted": total[pb.ADMITTED],
         "duplicate": total[pb.DUPLICATE],
         "other": sum(total.values()) - total[pb.ADMITTED] - total[pb.DUPLICATE],
@@ -395,13 +431,15 @@ def grpc_lease_complete(node: NodeProcess, hosts: int, w: Workload) -> dict[str,
             with lock:
                 done[0] += len(items)
 
-    t0 = time.perf_counter()
-    _run_threads(w.grpc_streams, stream)
-    elapsed = time.perf_counter() - t0
+    with Stopwatch(node.proc.pid) as sw:
+        _run_threads(w.grpc_streams, stream)
     return {
-        "seconds": elapsed,
+        "seconds": sw.wall,
         "urls": done[0],
-        "urls_per_s": done[0] / elapsed,
+        "urls_per_s": done[0] / sw.wall,
+        "urls_per_node_cpu_s": done[0] / sw.node_cpu,
+        "node_cores_busy": sw.node_cpu / sw.wall,
+        "client_cores_busy": sw.cpu / sw.wall,
         "hosts_ready_at_start": ready,
         "robots_completed_untimed": robots_done,
         "pages_completed_untimed": pages_before,
@@ -416,21 +454,25 @@ def core_discover(store: Store, urls: list[str], w: Workload) -> tuple[Frontier,
     frontier = Frontier(store, WallClock(), node_config())
     link_batches = [[Link(u) for u in b] for b in batches(urls, w.batch)]
     tally: Counter[Verdict] = Counter()
-    t0 = time.perf_counter()
-    for b in link_batches:
-        tally.update(v.verdict for v in frontier.discover(b))
-        store.flush()
-    elapsed = time.perf_counter() - t0
+    with Stopwatch() as sw:
+        for b in link_batches:
+            tally.update(v.verdict for v in frontier.discover(b))
+            store.flush()
     return frontier, {
-        "seconds": elapsed,
-        "links_per_s": len(urls) / elapsed,
+        "seconds": sw.wall,
+        "links_per_s": len(urls) / sw.wall,
+        "links_per_cpu_s": len(urls) / sw.cpu,
         "admitted": tally[Verdict.ADMITTED],
         "duplicate": tally[Verdict.DUPLICATE],
     }
 
 
-def core_lease_complete(frontier: Frontier, hosts: int, w: Workload) -> dict[str, Any]:
-    """Robots first (untimed), then lease + complete each item, flushing after every call as the shell does."""
+def core_lease_complete(frontier: Frontier, hosts: int, w: Workload, *, flush_each: bool = True) -> dict[str, Any]:
+    """Robots first (untimed), then lease + complete each item.
+
+    With `flush_each` the store commits after every call, as the gRPC shell does; without, once per Lease batch
+    of completions, which is what a batched Complete RPC would allow.
+    """
     store = frontier.store
     n = robots_done = 0
     while robots_done < hosts:
@@ -444,20 +486,21 @@ def core_lease_complete(frontier: Frontier, hosts: int, w: Workload) -> dict[str
             store.flush()
             robots_done += it.kind is Kind.ROBOTS
     done = 0
-    t0 = time.perf_counter()
-    while done < w.lease_pages:
-        items = frontier.lease("bench", w.lease_batch)
-        store.flush()
-        if not items:
-            break
-        for it in items:
-            n += 1
-            if not frontier.complete(it.key, it.generation, page_outcome(n)).accepted:
-                raise RuntimeError(f"complete of {it.key} refused")
+    with Stopwatch() as sw:
+        while done < w.lease_pages:
+            items = frontier.lease("bench", w.lease_batch)
             store.flush()
-        done += len(items)
-    elapsed = time.perf_counter() - t0
-    return {"seconds": elapsed, "urls": done, "urls_per_s": done / elapsed}
+            if not items:
+                break
+            for it in items:
+                n += 1
+                if not frontier.complete(it.key, it.generation, page_outcome(n)).accepted:
+                    raise RuntimeError(f"complete of {it.key} refused")
+                if flush_each:
+                    store.flush()
+            store.flush()
+            done += len(items)
+    return {"seconds": sw.wall, "urls": done, "urls_per_s": done / sw.wall, "urls_per_cpu_s": done / sw.cpu}
 
 
 # ====================================================================== RAM
@@ -471,11 +514,10 @@ def ram_child(urls: int, hosts: int, batch: int) -> dict[str, Any]:
         before = _proc_status(status)
         store = SqliteStore(Path(tmp) / "ram.sqlite3")
         frontier = Frontier(store, WallClock(), node_config())
-        t0 = time.perf_counter()
-        for start in range(0, urls, batch):
-            frontier.discover([Link(unique_url(u, hosts)) for u in range(start, min(urls, start + batch))])
-            store.flush()
-        elapsed = time.perf_counter() - t0
+        with Stopwatch() as sw:
+            for start in range(0, urls, batch):
+                frontier.discover([Link(unique_url(u, hosts)) for u in range(start, min(urls, start + batch))])
+                store.flush()
         gc.collect()
         after = _proc_status(status)
         admitted = frontier.verdicts[("admitted", "")]
@@ -484,8 +526,9 @@ def ram_child(urls: int, hosts: int, batch: int) -> dict[str, Any]:
             "urls": urls,
             "hosts": hosts,
             "admitted": admitted,
-            "seconds": elapsed,
-            "admit_per_s": admitted / elapsed,
+            "seconds": sw.wall,
+            "admit_per_s": admitted / sw.wall,
+            "admit_per_cpu_s": admitted / sw.cpu,
             "rss_before": before.get("VmRSS", 0),
             "rss_after": after.get("VmRSS", 0),
             "ram_bytes_per_url": (after.get("VmRSS", 0) - before.get("VmRSS", 0)) / admitted,
@@ -529,36 +572,51 @@ def run(w: Workload, profile_dir: Path | None = None) -> dict[str, Any]:
                 lc = grpc_lease_complete(node, hosts, w)
         finally:
             node.stop()
-        sqlite_frontier, core_sqlite = core_discover(SqliteStore(Path(tmp) / "core.sqlite3"), urls, w)
-        lc_core = core_lease_complete(sqlite_frontier, hosts, w)
-        sqlite_frontier.store.close()
-        del sqlite_frontier
-        memory_frontier, core_memory = core_discover(MemoryStore(), urls, w)
-        lc_core_memory = core_lease_complete(memory_frontier, hosts, w)
-        del memory_frontier
+        core: dict[str, dict[str, Any]] = {}
+        for name, store in (("sqlite", SqliteStore(Path(tmp) / "core.sqlite3")), ("memory", MemoryStore())):
+            frontier, core[f"discover_{name}"] = core_discover(store, urls, w)
+            core[f"lease_complete_{name}"] = core_lease_complete(frontier, hosts, w)
+            store.close()
+            del frontier
+        batched_store = SqliteStore(Path(tmp) / "core-batched.sqlite3")
+        frontier, _ = core_discover(batched_store, urls, w)
+        core["lease_complete_sqlite_batched"] = core_lease_complete(frontier, hosts, w, flush_each=False)
+        batched_store.close()
+        del frontier
     gc.collect()
     ram = ram_figures(w)
 
     figures.update(
         discover_links_per_s_grpc=disc["links_per_s"],
+        discover_links_per_node_cpu_s_grpc=disc["links_per_node_cpu_s"],
         discover_admitted_urls_grpc=disc["admitted"],
         discover_duplicates_grpc=disc["duplicate"],
-        discover_seconds_grpc=disc["seconds"],
+        discover_node_cores_busy=disc["node_cores_busy"],
         lease_complete_urls_per_s_grpc=lc["urls_per_s"],
+        lease_complete_urls_per_node_cpu_s_grpc=lc["urls_per_node_cpu_s"],
         lease_complete_urls_grpc=lc["urls"],
         lease_complete_hosts_ready=lc["hosts_ready_at_start"],
-        discover_links_per_s_core_sqlite=core_sqlite["links_per_s"],
-        discover_links_per_s_core_memory=core_memory["links_per_s"],
-        discover_admitted_urls_core=core_sqlite["admitted"],
-        lease_complete_urls_per_s_core=lc_core["urls_per_s"],
-        lease_complete_urls_per_s_core_memory=lc_core_memory["urls_per_s"],
+        lease_complete_node_cores_busy=lc["node_cores_busy"],
+        discover_links_per_s_core_sqlite=core["discover_sqlite"]["links_per_s"],
+        discover_links_per_cpu_s_core_sqlite=core["discover_sqlite"]["links_per_cpu_s"],
+        discover_links_per_s_core_memory=core["discover_memory"]["links_per_s"],
+        discover_links_per_cpu_s_core_memory=core["discover_memory"]["links_per_cpu_s"],
+        discover_admitted_urls_core=core["discover_sqlite"]["admitted"],
+        lease_complete_urls_per_s_core=core["lease_complete_sqlite"]["urls_per_s"],
+        lease_complete_urls_per_cpu_s_core=core["lease_complete_sqlite"]["urls_per_cpu_s"],
+        lease_complete_urls_per_s_core_memory=core["lease_complete_memory"]["urls_per_s"],
+        lease_complete_urls_per_cpu_s_core_memory=core["lease_complete_memory"]["urls_per_cpu_s"],
+        lease_complete_urls_per_s_core_batched=core["lease_complete_sqlite_batched"]["urls_per_s"],
+        lease_complete_urls_per_cpu_s_core_batched=core["lease_complete_sqlite_batched"]["urls_per_cpu_s"],
         ram_bytes_per_url=ram["ram_bytes_per_url"],
         ram_anon_bytes_per_url=ram["anon_bytes_per_url"],
         seen_bytes_per_url=ram["seen_bytes_per_url"],
         ram_urls=ram["admitted"],
         ram_admit_per_s=ram["admit_per_s"],
+        ram_admit_per_cpu_s=ram["admit_per_cpu_s"],
     )
     figures["ram"] = ram
+    figures["machine"]["loadavg_end"] = list(os.getloadavg())
     if profile_dir:
         figures["profiles"] = {
             name: profile_summary(profile_dir / f"{name}.txt")
@@ -568,44 +626,61 @@ def run(w: Workload, profile_dir: Path | None = None) -> dict[str, Any]:
     return figures
 
 
-_ROWS: tuple[tuple[str, str, str], ...] = (
-    ("discover_links_per_s_grpc", "Discover through gRPC, journal on", "links/s"),
-    ("lease_complete_urls_per_s_grpc", "Lease+Complete through gRPC", "URLs/s"),
-    ("discover_links_per_s_core_sqlite", "Discover, core in process, SQLite", "links/s"),
-    ("discover_links_per_s_core_memory", "Discover, core in process, memory", "links/s"),
-    ("lease_complete_urls_per_s_core", "Lease+Complete, core in process, SQLite", "URLs/s"),
-    ("lease_complete_urls_per_s_core_memory", "Lease+Complete, core in process, memory", "URLs/s"),
-    ("ram_bytes_per_url", "RAM (VmRSS) per admitted URL", "bytes"),
-    ("ram_anon_bytes_per_url", "  of which anonymous memory", "bytes"),
-    ("seen_bytes_per_url", "seen-set per URL", "bytes"),
-    ("ram_admit_per_s", "admission rate during the RAM run", "URLs/s"),
-)
+# (figure key, label, unit, key of the same figure per CPU-second or "")
+_ROWS: tuple[tuple[str, str, str, str], ...] = (
+    ("discover_links_per_s_grpc", "Discover through gRPC, journal on", "links/s", "discover_links_per_node_cpu_s_grpc"),
+    ("lease_complete_urls_per_s_grpc", "Lease+Complete through gRPC", "URLs/s",
+     "lease_complete_urls_per_node_cpu_s_grpc"),
+    ("discover_links_per_s_core_sqlite", "Discover, core in process, SQLite", "links/s",
+     "discover_links_per_cpu_s_core_sqlite"),
+    ("discover_links_per_s_core_memory", "Discover, core in process, memory", "links/s",
+     "discover_links_per_cpu_s_core_memory"),
+    ("lease_complete_urls_per_s_core", "Lease+Complete, core, SQLite", "URLs/s", "lease_complete_urls_per_cpu_s_core"),
+    ("lease_complete_urls_per_s_core_memory", "Lease+Complete, core, memory", "URLs/s",
+     "lease_complete_urls_per_cpu_s_core_memory"),
+    ("lease_complete_urls_per_s_core_batched", "Lease+Complete, core, SQLite, 1 flush/batch", "URLs/s",
+     "lease_complete_urls_per_cpu_s_core_batched"),
+    ("ram_bytes_per_url", "RAM (VmRSS) per admitted URL", "bytes", ""),
+    ("ram_anon_bytes_per_url", "  of which anonymous memory", "bytes", ""),
+    ("seen_bytes_per_url", "seen-set per URL", "bytes", ""),
+    ("ram_admit_per_s", "admission rate during the RAM run", "URLs/s", "ram_admit_per_cpu_s"),
+)  # fmt: skip
+
+
+def _num(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:,.1f}"
 
 
 def table(f: dict[str, Any]) -> str:
     """The figures as a readable table, machine and workload first."""
     m, w = f["machine"], f["workload"]
+    load = ", ".join(f"{x:.1f}" for x in m["loadavg_start"])
     lines = [
         f"machine: {m['cores']} cores ({m['cores_usable']} usable), {m['cpu_model']}, "
         f"{m['ram_bytes'] / 2**30:.1f} GiB, {m['python_implementation']} {m['python']}, grpcio {m['grpcio']}, "
-        f"SQLite {m['sqlite']}, {m['platform']}",
+        f"SQLite {m['sqlite']}, {m['platform']}; load average {load} at the start, "
+        f"{m['loadavg_end'][0]:.1f} at the end",
         f"workload: {w['links']:,} links in batches of {w['batch']} over {w['hosts']:,} hosts "
         f"({w['unique_urls']:,} distinct, {w['duplicates']:,} duplicates; {w['duplicate_spellings']})",
         f"  node: {w['node']}",
         f"  Discover client: {w['discover_client']}",
         f"  Lease+Complete client: {w['lease_client']}; {f['lease_complete_urls_grpc']:,} pages timed, "
         f"{f['lease_complete_hosts_ready']:,} hosts ready at the start",
-        f"  core: {w['core']}",
+        f"  core: {w['core']}; '1 flush/batch' commits once per Lease batch of completions",
         f"  RAM: {f['ram_urls']:,} URLs over {w['ram_hosts']:,} hosts; {w['ram']}",
+        "  per CPU-s: the count over the CPU seconds of the process doing the work (the node process for gRPC "
+        "figures), i.e. the rate with a core of its own",
         "",
-        f"{'figure':<44} {'value':>12}  {'unit':<8} {'issue target':>12}",
+        f"{'figure':<46} {'value':>10}  {'unit':<8} {'per CPU-s':>10} {'issue target':>13}",
     ]
-    for key, label, unit in _ROWS:
-        value = f[key]
-        text = f"{value:,.0f}" if value >= 100 else f"{value:,.1f}"
-        lines.append(f"{label:<44} {text:>12}  {unit:<8} {TARGETS.get(key, ''):>12}")
-    lines.append(f"(admitted through gRPC: {f['discover_admitted_urls_grpc']:,} URLs, "
-                 f"{f['discover_duplicates_grpc']:,} duplicates)")
+    for key, label, unit, per_cpu in _ROWS:
+        cpu = _num(f[per_cpu]) if per_cpu else ""
+        lines.append(f"{label:<46} {_num(f[key]):>10}  {unit:<8} {cpu:>10} {TARGETS.get(key, ''):>13}")
+    lines.append(
+        f"(admitted through gRPC: {f['discover_admitted_urls_grpc']:,} URLs, {f['discover_duplicates_grpc']:,} "
+        f"duplicates; node busy {f['discover_node_cores_busy']:.2f} cores during Discover, "
+        f"{f['lease_complete_node_cores_busy']:.2f} during Lease+Complete)"
+    )
     for name, prof in f.get("profiles", {}).items():
         lines += ["", f"profile of the node during {name} (py-spy, self time):"]
         lines += [f"  {share:5.1f}%  {frame}" for frame, share in prof["self"]]

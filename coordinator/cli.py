@@ -9,7 +9,8 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from frontier_node.core.config import BudgetConfig, FrontierConfig, PolitenessConfig
+from frontier_node.core.config import BudgetConfig, FrontierConfig, PolitenessConfig, RetryConfig
+from frontier_node.core.robots import RobotsPolicy
 
 if TYPE_CHECKING:
     from coordinator.crawl import CrawlOptions
@@ -47,6 +48,27 @@ def _politeness_flags(p: argparse.ArgumentParser) -> None:
         metavar="S",
         help="lease duration before an unfinished fetch is handed out again (default: %(default)s)",
     )
+    g.add_argument(
+        "--max-attempts",
+        type=int,
+        default=3,
+        metavar="N",
+        help="tries of one URL before it fails for good (default: %(default)s)",
+    )
+    g.add_argument(
+        "--retry-base-s",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="first retry delay; it doubles per attempt, with jitter (default: %(default)s)",
+    )
+    g.add_argument(
+        "--robots-attempts",
+        type=int,
+        default=4,
+        metavar="N",
+        help="tries of an unavailable robots.txt before its origin is given up (default: %(default)s)",
+    )
 
 
 def frontier_config(args: argparse.Namespace, scope: str = "all") -> FrontierConfig:
@@ -57,8 +79,17 @@ def frontier_config(args: argparse.Namespace, scope: str = "all") -> FrontierCon
         raise SystemExit("hostring: --concurrency must be >= 1")
     if args.lease_s <= 0:
         raise SystemExit("hostring: --lease-s must be > 0")
+    if args.max_attempts < 1 or args.robots_attempts < 1 or args.retry_base_s < 0:
+        raise SystemExit("hostring: --max-attempts and --robots-attempts must be >= 1, --retry-base-s >= 0")
+    try:
+        RobotsPolicy(args.user_agent)
+    except ValueError as e:
+        raise SystemExit(f"hostring: --user-agent: {e}") from e
     return FrontierConfig(
         politeness=PolitenessConfig(min_delay_s=args.delay, concurrency=args.concurrency),
+        retry=RetryConfig(
+            max_attempts=args.max_attempts, base_s=args.retry_base_s, robots_max_attempts=args.robots_attempts
+        ),
         budgets=BudgetConfig(
             max_depth=args.max_depth, max_pages_total=args.max_pages, max_pages_per_host=args.max_pages_per_host
         ),
@@ -126,6 +157,16 @@ def _crawl_options(args: argparse.Namespace, seeds: list[str], out: str) -> Craw
         fetchers=args.fetchers,
         lease_s=args.lease_s,
         progress=not args.no_progress,
+        total_timeout_s=args.fetch_timeout,
+        max_bytes=args.max_response_bytes,
+        node_args=[
+            "--max-attempts",
+            str(args.max_attempts),
+            "--retry-base-s",
+            str(args.retry_base_s),
+            "--robots-attempts",
+            str(args.robots_attempts),
+        ],
     )
 
 
@@ -232,6 +273,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="fetches in flight at once across hosts (default: %(default)s)",
     )
     crawl.add_argument("--no-progress", action="store_true", help="no live progress line")
+    crawl.add_argument(
+        "--fetch-timeout",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="total time one fetch may take, a slow trickle included (default: %(default)s)",
+    )
+    crawl.add_argument(
+        "--max-response-bytes",
+        type=int,
+        default=10 * 2**20,
+        metavar="N",
+        help="largest body read, on the wire (default: %(default)s)",
+    )
     _politeness_flags(crawl)
     crawl.set_defaults(func=cmd_crawl)
 

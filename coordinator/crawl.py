@@ -58,6 +58,7 @@ class CrawlOptions:
     lease_s: float = 120.0
     progress: bool = True
     total_timeout_s: float = 60.0
+    max_bytes: int = 10 * 2**20
     node_args: list[str] = field(default_factory=list)
 
 
@@ -191,7 +192,11 @@ async def _crawl(opts: CrawlOptions, address: str, stop: asyncio.Event, out: Tex
     channel = grpc.aio.insecure_channel(address)
     stub = pb_grpc.FrontierStub(channel)
     await stub.Discover(pb.DiscoverRequest(links=[pb.Link(observed=s, seed=True) for s in opts.seeds]), timeout=30)
-    limits = FetchLimits(total_timeout_s=opts.total_timeout_s)
+    limits = FetchLimits(
+        total_timeout_s=opts.total_timeout_s,
+        max_bytes=opts.max_bytes,
+        max_decoded_bytes=max(opts.max_bytes * 2, 20 * 2**20),
+    )
     fetcher = Fetcher(NetworkPolicy(opts.allow_network), opts.user_agent, limits, max_connections=opts.fetchers)
     token = opts.user_agent.split("/")[0].split()[0] if opts.user_agent else "hostring"
     worker = Worker(

@@ -63,6 +63,7 @@ class Frontier:
         run_id: str = "",
         owns: Callable[[str], bool] | None = None,
         rng: random.Random | None = None,
+        recover: bool = True,
     ) -> None:
         self.store = store
         self.clock = clock
@@ -90,10 +91,12 @@ class Frontier:
         self.abandoned: dict[str, str] = {}
         self.scope_hosts: set[str] = set()
         self.scope_domains: set[str] = set()
+        self.domains: set[str] = set()
         self.journal_seq = 0
         self.item_seq = 0
         self.run_id = run_id
-        self._recover()
+        if recover:
+            self._recover()
 
     # ================================================================== admission
 
@@ -207,6 +210,7 @@ class Frontier:
         self._move(item, Event.ADMIT, data=pack_admit(item))
         self._move(item, Event.SCHEDULE)
         host = self._host(item.host, item.domain)
+        self.domains.add(item.domain)
         if item.kind is Kind.PAGE and item.origin not in host.robots and item.origin not in host.robots_items:
             self._admit_robots(host, item.origin)
         host.push(item, self.config.window)
@@ -441,22 +445,25 @@ class Frontier:
     def _complete_robots(self, item: Item, host: Host, outcome: OutcomeLike, now: float) -> Completion:
         policy = self.config.politeness
         status, error_class = outcome.status, outcome.error_class
+        item.status, item.evidence = status, outcome.evidence
+        home = self._robots_home(item)
+        redirected = 300 <= status < 400 and bool(outcome.location) and not error_class
+        hop = ""
+        if redirected and item.redirect_hops < self.config.max_redirect_hops:
+            hop = self._robots_hop(item, host, home, outcome.location)
+        if not hop:
+            record = self.robots_policy.from_outcome(
+                item.origin, status=status, body=bytes(outcome.robots_body), error_class=error_class, now=now
+            )
+            home.robots[item.origin] = record
+            self.store.save_robots(item.origin, home.name, record.to_dict())
+        # Pace after the record is in place, so the file's own Crawl-delay governs the very next request.
         if error_class or status in OVERLOAD_STATUSES or status >= 500:
             host.on_trouble(now, outcome.retry_after_s, policy)
         else:
             host.on_response(outcome.response_s, now, policy)
-        item.status, item.evidence = status, outcome.evidence
-        home = self._robots_home(item)
-        redirected = 300 <= status < 400 and bool(outcome.location) and not error_class
-        if redirected and item.redirect_hops < self.config.max_redirect_hops:
-            hop = self._robots_hop(item, host, home, outcome.location)
-            if hop:
-                return Completion(True, item.state.value, False, hop)
-        record = self.robots_policy.from_outcome(
-            item.origin, status=status, body=bytes(outcome.robots_body), error_class=error_class, now=now
-        )
-        home.robots[item.origin] = record
-        self.store.save_robots(item.origin, home.name, record.to_dict())
+        if hop:
+            return Completion(True, item.state.value, False, hop)
         reason = error_class or f"robots_{status}"
         if record.verdict is not RobotsVerdict.DISALLOW_ALL:
             self._move(item, Event.COMPLETE, reason, outcome.evidence)
@@ -681,16 +688,25 @@ class Frontier:
             loaded = json.loads(scope)
             self.scope_hosts.update(loaded["hosts"])
             self.scope_domains.update(loaded["domains"])
+        self.adopt(store.items(), store.robots_records())
+        store.flush()
+
+    def adopt(self, items: Iterable[Item], robots: Iterable[tuple[str, str, dict[str, object]]]) -> None:
+        """Take over rows from the store (after a restart, or a handoff of domains) into RAM.
+
+        Queued rows stay in the store (only counted); leased ones keep their deadline, so a host with a fetch
+        still in flight elsewhere is not leased again before it ends. Hosts rest one delay first: no burst.
+        """
         now = self.clock.now()
-        for origin, host_name, data in store.robots_records():
-            record = RobotsRecord.from_dict(data)
-            host = self._host(host_name, "")
-            host.robots[origin] = record
-        for item in store.items():
+        touched: set[str] = set()
+        for origin, host_name, data in robots:
+            self._host(host_name, "").robots[origin] = RobotsRecord.from_dict(data)
+        for item in items:
             self.seen.add(key_hash(item.key))
             self.state_counts[item.state.value] += 1
             host = self._host(item.host, item.domain)
-            host.domain = item.domain
+            touched.add(host.name)
+            self.domains.add(item.domain)
             if item.kind is Kind.ROBOTS:
                 if item.state is State.FAILED or item.state is State.SUPPRESSED:
                     self.abandoned[item.origin] = item.reason.split(":")[0] or "robots_unavailable"
@@ -698,11 +714,13 @@ class Frontier:
                     host.robots_items[item.origin] = item
                     if item.source and item.source != item.host:
                         self._host(item.source, item.domain).robots_items[item.origin] = item
-            elif item.state is not State.REJECTED:
-                self.budgets.charge(item.url, item.host, item.domain)
+            else:
+                host.domain = item.domain
+                if item.state is not State.REJECTED:
+                    self.budgets.charge(item.url, item.host, item.domain)
                 if item.state is State.SCHEDULED:
                     host.overflow += 1
-                if item.state is State.FETCHED and item.digest:
+                elif item.state is State.FETCHED and item.digest:
                     self.bodies.add(item.key, item.digest, 0)
             if item.state is State.LEASED:
                 self.leased[item.key] = item
@@ -711,11 +729,32 @@ class Frontier:
             elif item.state is State.RETRYABLE:
                 self.waiting[item.key] = item
                 heapq.heappush(self.retries, (item.due_at, item.key, item.generation))
-        for host in self.hosts.values():
+        for name in touched:
+            host = self.hosts[name]
             if host.has_work():
-                host.next_eligible = now + host.delay(self.config.politeness)
+                host.next_eligible = max(host.next_eligible, now + host.delay(self.config.politeness))
                 self._wake(host, host.next_eligible)
-        store.flush()
+
+    def release(self, domains: Iterable[str], counts: dict[str, int] | None = None) -> None:
+        """Forget domains another node now owns: their hosts, leases and retries leave RAM (the store keeps all).
+
+        `counts` (state -> rows of those domains, from the store) keeps the per-state totals right.
+        """
+        gone = set(domains) & self.domains
+        if not gone:
+            return
+        self.domains -= gone
+        for name in [n for n, h in self.hosts.items() if h.domain in gone]:
+            host = self.hosts.pop(name)
+            host.in_heap = False
+            self.budgets.total -= self.budgets.per_host.pop(name, 0)
+        for d in gone:
+            self.budgets.per_domain.pop(d, None)
+        for table in (self.leased, self.waiting):
+            for key in [k for k, it in table.items() if it.domain in gone]:
+                del table[key]
+        for state, n in (counts or {}).items():
+            self.state_counts[state] -= n
 
     # ================================================================== inspection
 

@@ -9,7 +9,6 @@ from typing import NamedTuple, Protocol
 
 from frontier_node.core.states import State
 
-
 ROBOTS_PREFIX = "robots:"
 
 

@@ -13,6 +13,7 @@ Key layout (`ns` is the namespace; the part in braces is the Redis Cluster hash 
     ns:{d:<domain>}:meta          hash  jmax, imax: highest journal and item seq (zero-padded) seen here
     ns:{n:<node>}:meta            hash  set_meta values of the node
     ns:{n:<node>}:domains         set   every domain the node ever wrote to, claimed or adopted
+    ns:{all}:domains              set   every domain of the namespace (what a new ring's owners look through)
     ns:{n:<node>}:orphans         zset  note() lines whose key names no domain (unparseable keys)
     ns:{n:<node>}:keydom/hostdom  hash  key/host -> domain, only where it differs from the one derived from the text
 
@@ -401,6 +402,7 @@ class RedisStore:
         self._new_keydom: dict[str, str] = {}
         self._new_hostdom: dict[str, str] = {}
         self._node = f"{namespace}:{{n:{node_id}}}:"
+        self._all_domains = f"{namespace}:{{all}}:domains"
         self._shas = {name: hashlib.sha1(src.encode()).hexdigest() for name, src in _SCRIPTS.items()}
         self._load_scripts()
         self._known_domains: set[str] = {_text(d) for d in self._r.smembers(self._node + "domains")}
@@ -589,6 +591,7 @@ class RedisStore:
         pipe = self._pipeline()
         if self._new_domains:
             pipe.sadd(self._node + "domains", *sorted(self._new_domains))
+            pipe.sadd(self._all_domains, *sorted(self._new_domains))
         if self._new_keydom:
             pipe.hset(self._node + "keydom", mapping=self._new_keydom)
         if self._new_hostdom:
@@ -880,6 +883,16 @@ class RedisStore:
     def _domains(self) -> set[str]:
         with self._lock:
             return set(self._known_domains | {_text(d) for d in self._r.smembers(self._node + "domains")})
+
+    def all_domains(self) -> set[str]:
+        """Every domain any node of this namespace ever wrote: what a new ring's owners must look at."""
+        with self._lock:
+            self._flush_locked()
+        return {_text(d) for d in self._r.smembers(self._all_domains)}
+
+    def domain_counts(self, domain: str) -> dict[str, int]:
+        """state -> number of rows of one domain (kept by the write script, no scan)."""
+        return {_text(k): int(v) for k, v in self._r.hgetall(self._dkey(domain, "states")).items()}
 
     def held_domains(self) -> list[str]:
         """Domains this node holds: in its domain set, with a fence that names it."""
