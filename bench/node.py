@@ -9,12 +9,15 @@
 2. Lease+Complete URLs/s through gRPC with 10k ready hosts: robots items first (leased, completed 404, not
    timed), then Lease(max_items=256) and one Complete per item, the Completes of a batch in flight at once.
 3. The same two figures for the core in process (Frontier on SqliteStore, flushing after every call as the
-   gRPC shell does; and Frontier on MemoryStore), no gRPC.
+   gRPC shell does; and Frontier on MemoryStore), no gRPC; and Lease+Complete with one commit per Lease batch
+   of completions, the ceiling a batched Complete RPC would lift the gRPC figure towards.
 4. RAM bytes per admitted URL at 1M URLs (100k with --quick): a fresh subprocess admits them over 10k hosts
    through `Frontier.discover` on SqliteStore; VmRSS after minus before, after gc, over the URLs admitted.
    Also the seen-set's bytes per URL.
 
-No pass/fail: the issue's targets are printed beside the figures for context only.
+Every rate is also given per CPU-second of the process doing the work (the node for gRPC figures), which
+stays comparable when the machine is shared. `--py-spy DIR` samples the node during the gRPC phases and prints
+where its Python time goes. No pass/fail: the issue's targets are printed beside the figures for context only.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import platform
 import random
 import re
 import select
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -287,12 +291,17 @@ class NodeProcess:
 
 @contextmanager
 def py_spy(pid: int, out: Path | None) -> Iterator[None]:
-    """Sample `pid` with `py-spy record --format raw` while the block runs (nothing when `out` is None)."""
+    """Sample `pid` with `py-spy record --format raw --gil` while the block runs (nothing when `out` is None).
+
+    `--gil` samples only the thread holding the GIL: where the node's Python CPU goes. Without it, threads blocked
+    in C (lock waits, the gRPC poller) show up as busy and drown the picture.
+    """
     if out is None:
         yield
         return
     spy = subprocess.Popen(
-        ["py-spy", "record", "--pid", str(pid), "--format", "raw", "--rate", "200", "--nonblocking", "-o", str(out)],
+        ["py-spy", "record", "--pid", str(pid), "--format", "raw", "--rate", "200", "--nonblocking", "--gil", "-o",
+         str(out)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     time.sleep(0.5)
@@ -308,7 +317,7 @@ def py_spy(pid: int, out: Path | None) -> Iterator[None]:
 
 
 def profile_summary(path: Path, top: int = 15) -> dict[str, list[tuple[str, float]]]:
-    """Self and inclusive shares of the functions in a py-spy raw profile (idle threads are not sampled)."""
+    """Self and inclusive shares (percent of samples) of the functions in a py-spy raw profile, line numbers merged."""
     own: Counter[str] = Counter()
     inclusive: Counter[str] = Counter()
     total = 0
@@ -682,7 +691,7 @@ def table(f: dict[str, Any]) -> str:
         f"{f['lease_complete_node_cores_busy']:.2f} during Lease+Complete)"
     )
     for name, prof in f.get("profiles", {}).items():
-        lines += ["", f"profile of the node during {name} (py-spy, self time):"]
+        lines += ["", f"profile of the node during {name} (py-spy --gil, self time):"]
         lines += [f"  {share:5.1f}%  {frame}" for frame, share in prof["self"]]
     return "\n".join(lines)
 
@@ -705,6 +714,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.streams:
         w = Workload(**{**asdict(w), "grpc_streams": args.streams})
     if args.py_spy:
+        if shutil.which("py-spy") is None:
+            parser.error("--py-spy needs the py-spy command (pip install py-spy)")
         args.py_spy.mkdir(parents=True, exist_ok=True)
     figures = run(w, args.py_spy)
     print(json.dumps(figures, indent=2) if args.json else table(figures))

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from coordinator.cluster_cli import add_cluster_commands
 from frontier_node.core.config import BudgetConfig, FrontierConfig, PolitenessConfig, RetryConfig
 from frontier_node.core.robots import RobotsPolicy
 
@@ -117,13 +118,19 @@ def cmd_node(args: argparse.Namespace) -> int:
 
     if args.scope == "list" and not args.scope_file:
         raise SystemExit("hostring: --scope list needs --scope-file")
-    node = start_node(
-        args.store,
-        args.listen,
-        frontier_config(args, args.scope),
-        node_id=args.id,
-        scope=_scope_entries(args.scope_file),
-    )
+    try:
+        node = start_node(
+            args.store,
+            args.listen,
+            frontier_config(args, args.scope),
+            node_id=args.id,
+            scope=_scope_entries(args.scope_file),
+            coordinator=args.coordinator,
+            advertise=args.advertise,
+            weight=args.weight,
+        )
+    except ValueError as e:
+        raise SystemExit(f"hostring: {e}") from e
     print(f"hostring node {args.id} listening on port {node.port} (store {args.store})", flush=True)
     serve_forever(node)
     return 0
@@ -228,6 +235,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     node.add_argument("--id", default="node-0", help="node id (default: %(default)s)")
     node.add_argument(
+        "--coordinator", default="", metavar="ADDR", help="join this coordinator's ring (needs a redis:// store)"
+    )
+    node.add_argument(
+        "--advertise",
+        default="",
+        metavar="HOST:PORT",
+        help="address others reach this node at (default: 127.0.0.1 and the bound port)",
+    )
+    node.add_argument("--weight", type=int, default=1, help="share of the ring (default: %(default)s)")
+    node.add_argument(
         "--scope",
         default="all",
         choices=["all", "host", "domain", "list"],
@@ -305,6 +322,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds between requests to one origin (default: %(default)s)",
     )
     demo.set_defaults(func=cmd_demo)
+
+    add_cluster_commands(sub, DEFAULT_USER_AGENT)
 
     report = sub.add_parser("report", help="print a node's coverage report as JSON")
     report.add_argument("--node", default="127.0.0.1:50051", metavar="HOST:PORT")

@@ -24,8 +24,9 @@ import grpc
 
 from fetch_worker.fetch import Fetcher, FetchLimits
 from fetch_worker.netpolicy import NetworkPolicy
+from fetch_worker.routing import StaticRouter
 from fetch_worker.warc import WarcWriter
-from fetch_worker.worker import StaticRouter, Worker
+from fetch_worker.worker import Worker
 from hostring.urls import UrlRejected, identify
 from hostring.v1 import frontier_pb2 as pb
 from hostring.v1 import frontier_pb2_grpc as pb_grpc

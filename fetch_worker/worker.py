@@ -15,15 +15,14 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import grpc
 
 from fetch_worker.fetch import Fetcher, FetchResult, media_type
 from fetch_worker.links import extract_links
+from fetch_worker.routing import NodeClients, Router
 from fetch_worker.warc import WarcWriter, payload_digest
 from hostring.fingerprint import body_digest, simhash64
-from hostring.urls import UrlRejected, identify
 from hostring.v1 import frontier_pb2 as pb
 from hostring.v1 import frontier_pb2_grpc as pb_grpc
 
@@ -32,32 +31,6 @@ log = logging.getLogger("hostring.worker")
 ROBOTS_MAX_BYTES = 500 * 1024
 _SIMHASH_TEXT = 64 * 1024
 _DISCOVER_BATCH = 256
-
-
-class Router(Protocol):
-    """Which nodes exist and which one owns a registrable domain."""
-
-    def nodes(self) -> Sequence[str]: ...
-
-    def owner(self, domain: str) -> str: ...
-
-    async def refresh(self) -> None: ...
-
-
-class StaticRouter:
-    """One node owns everything: the embedded `hostring crawl` setup."""
-
-    def __init__(self, address: str) -> None:
-        self.address = address
-
-    def nodes(self) -> Sequence[str]:
-        return [self.address]
-
-    def owner(self, domain: str) -> str:
-        return self.address
-
-    async def refresh(self) -> None:
-        return None
 
 
 @dataclass
@@ -95,23 +68,15 @@ class Worker:
         self.lease_batch = lease_batch
         self.product_token = product_token
         self.stats = WorkerStats()
-        self._channels: dict[str, grpc.aio.Channel] = {}
-        self._stubs: dict[str, pb_grpc.FrontierStub] = {}
-        self._channel_options = list(channel_options)
+        self.clients = NodeClients(router, worker_id=self.worker_id, channel_options=channel_options)
         self._written: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self.drained_nodes: set[str] = set()
 
     def stub(self, address: str) -> pb_grpc.FrontierStub:
-        stub = self._stubs.get(address)
-        if stub is None:
-            channel = grpc.aio.insecure_channel(address, options=self._channel_options)
-            self._channels[address] = channel
-            stub = self._stubs[address] = pb_grpc.FrontierStub(channel)
-        return stub
+        return self.clients.stub(address)
 
     async def close(self) -> None:
-        for channel in self._channels.values():
-            await channel.close()
+        await self.clients.close()
         await self.fetcher.aclose()
         if self.warc is not None:
             self.warc.close()
@@ -292,30 +257,8 @@ class Worker:
             await self.route(resp.forward)
 
     async def route(self, links: Sequence[pb.Link]) -> None:
-        """Send links to the nodes that own their domains, refreshing the ring and re-sending on wrong-owner."""
-        pending = list(links)
-        for _ in range(5):
-            by_owner: dict[str, list[pb.Link]] = {}
-            for link in pending:
-                try:
-                    domain = identify(link.observed, link.base_url).domain
-                except UrlRejected:
-                    domain = ""
-                by_owner.setdefault(self.router.owner(domain), []).append(link)
-            pending = []
-            for address, batch in by_owner.items():
-                for i in range(0, len(batch), _DISCOVER_BATCH):
-                    chunk = batch[i : i + _DISCOVER_BATCH]
-                    resp = await self.stub(address).Discover(
-                        pb.DiscoverRequest(links=chunk, worker_id=self.worker_id), timeout=30
-                    )
-                    pending += [
-                        link for link, v in zip(chunk, resp.verdicts, strict=True) if v.verdict == pb.WRONG_OWNER
-                    ]
-            if not pending:
-                return
-            await self.router.refresh()
-        log.error("%d links found no owner after 5 ring refreshes", len(pending))
+        """Send links to the nodes that own their domains (see NodeClients.route)."""
+        await self.clients.route(links)
 
     async def _keep_renewed(self, address: str, item: pb.LeaseItem) -> None:
         """Renew the lease at half its remaining time, for as long again as first granted, while the fetch goes on."""

@@ -1,4 +1,9 @@
-"""Run a frontier node: open its store, build the core, serve gRPC, tick timers, stop cleanly on SIGTERM."""
+"""Run a frontier node: open its store, build the core, serve gRPC, tick timers, stop cleanly on SIGTERM.
+
+Alone (`hostring node --store sqlite:///...`) the node owns every domain. With `coordinator` it joins the
+ring, keeps its state in Redis, and owns only its slice; readiness (the gRPC health service) means "owns its
+slice at the current epoch and can write its store".
+"""
 
 from __future__ import annotations
 
@@ -7,20 +12,27 @@ import signal
 import threading
 from collections.abc import Sequence
 from concurrent import futures
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
 
+from frontier_node.cluster import Slice
 from frontier_node.core.config import FrontierConfig
 from frontier_node.core.frontier import Frontier
 from frontier_node.service import FrontierService
 from frontier_node.store.open import open_store
+from frontier_node.store.redis import RedisStore
 from hostring.clock import WallClock
+from hostring.membership import NodeMembership
+from hostring.v1 import frontier_pb2
 from hostring.v1 import frontier_pb2_grpc as pb_grpc
 
 log = logging.getLogger("hostring.node")
 
 _TICK_S = 0.2
+_SERVICE = frontier_pb2.DESCRIPTOR.services_by_name["Frontier"].full_name
 
 
 @dataclass
@@ -30,10 +42,20 @@ class RunningNode:
     server: grpc.Server
     service: FrontierService
     port: int
+    health: health.HealthServicer
     _stop: threading.Event
+    membership: NodeMembership | None = None
+    slice: Slice | None = None
+    _closed: list[bool] = field(default_factory=list)
 
-    def stop(self, grace: float = 5.0) -> None:
-        """Stop taking calls, let running ones finish, flush and close the store."""
+    def stop(self, grace: float = 5.0, *, leave: bool = True) -> None:
+        """Leave the ring, stop taking calls, let running ones finish, flush and close the store."""
+        if self._closed:
+            return
+        self._closed.append(True)
+        self.health.enter_graceful_shutdown()
+        if self.membership is not None:
+            self.membership.stop(leave=leave)
         self._stop.set()
         self.server.stop(grace).wait()
         with self.service.cond:
@@ -41,39 +63,86 @@ class RunningNode:
             self.service.frontier.store.close()
 
 
-def start_node(store_url: str, listen: str, config: FrontierConfig | None = None, *, node_id: str = "node-0",
-               run_id: str = "", max_workers: int = 32, scope: Sequence[str] = ()) -> RunningNode:
-    """Open the store (recovering its state), and serve the Frontier service on `listen` (HOST:PORT, port 0 picks).
+def start_node(
+    store_url: str,
+    listen: str,
+    config: FrontierConfig | None = None,
+    *,
+    node_id: str = "node-0",
+    run_id: str = "",
+    max_workers: int = 32,
+    scope: Sequence[str] = (),
+    coordinator: str = "",
+    advertise: str = "",
+    weight: int = 1,
+) -> RunningNode:
+    """Open the store, build the core and serve the Frontier service on `listen` (HOST:PORT; port 0 picks).
 
-    `scope` lists hosts or registrable domains admitted in the "list" scope mode.
+    `scope` lists hosts or registrable domains admitted in the "list" scope mode. With `coordinator`, the
+    node registers as `node_id` reachable at `advertise` (default: 127.0.0.1 and the bound port).
     """
-    store = open_store(store_url)
-    frontier = Frontier(store, WallClock(), config, run_id=run_id)
+    cond = threading.Condition()
+    clustered = bool(coordinator)
+    slice_: Slice | None = None
+    if clustered:
+        if not store_url.startswith(("redis://", "rediss://")):
+            raise ValueError("a node in a cluster keeps its state in Redis: give --store redis://HOST:PORT/DB")
+        holder: list[Slice] = []
+        store = RedisStore.from_url(store_url, node_id=node_id, epoch=lambda: holder[0].epoch())
+        slice_ = Slice(node_id, store, cond)
+        holder.append(slice_)
+        frontier = Frontier(store, WallClock(), config, run_id=run_id, owns=slice_.owns, recover=False)
+        slice_.frontier = frontier
+    else:
+        store = open_store(store_url)
+        frontier = Frontier(store, WallClock(), config, run_id=run_id)
     if scope:
         frontier.add_scope(hosts=scope, domains=scope)
         store.flush()
-    service = FrontierService(frontier, node_id=node_id)
+    service = FrontierService(frontier, node_id=node_id, epoch=slice_.epoch if slice_ else lambda: 0, lock=cond)
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"),
         options=[("grpc.max_receive_message_length", 64 * 2**20), ("grpc.so_reuseport", 0)],
     )
-    pb_grpc.add_FrontierServicer_to_server(service, server)
+    pb_grpc.add_FrontierServicer_to_server(service, server)  # type: ignore[no-untyped-call]
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(
+        (_SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server
+    )
     port = server.add_insecure_port(listen)
     if port == 0:
         raise OSError(f"could not listen on {listen!r}")
+    serving = health_pb2.HealthCheckResponse.SERVING
+    not_serving = health_pb2.HealthCheckResponse.NOT_SERVING
+    for name in ("", _SERVICE):
+        health_servicer.set(name, not_serving if clustered else serving)
     server.start()
     stop = threading.Event()
     threading.Thread(target=_ticker, args=(service, stop), name="ticker", daemon=True).start()
+    membership = None
+    if slice_ is not None:
+
+        def ready(owned: bool) -> None:
+            for name in ("", _SERVICE):
+                health_servicer.set(name, serving if owned else not_serving)
+
+        slice_.on_ready = ready
+        address = advertise or f"127.0.0.1:{port}"
+        membership = NodeMembership(coordinator, node_id, address, weight, on_ring=slice_.apply).start()
     log.info("node %s serving on port %d, store %s, run %s", node_id, port, store_url, frontier.run_id)
-    return RunningNode(server, service, port, stop)
+    return RunningNode(server, service, port, health_servicer, stop, membership, slice_)
 
 
 def _ticker(service: FrontierService, stop: threading.Event) -> None:
     """Expire leases and release due retries even when no call arrives, and wake waiting Lease calls."""
     while not stop.wait(_TICK_S):
         with service.cond:
-            service.frontier.tick()
-            service.frontier.store.flush()
+            try:
+                service.frontier.tick()
+                service.frontier.store.flush()
+            except Exception:
+                log.exception("tick failed; the next one tries again")
             service.cond.notify_all()
 
 

@@ -11,7 +11,7 @@ import grpc
 import pytest
 import redis
 
-from coordinator.client import NodeMembership, RingWatcher
+from hostring.membership import NodeMembership, RingWatcher
 from coordinator.server import RunningCoordinator, start_coordinator
 from hostring.ring import Ring
 from hostring.v1 import coordinator_pb2 as pb

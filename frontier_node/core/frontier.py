@@ -95,8 +95,7 @@ class Frontier:
         self.journal_seq = 0
         self.item_seq = 0
         self.run_id = run_id
-        if recover:
-            self._recover()
+        self._recover(rows=recover)
 
     # ================================================================== admission
 
@@ -677,8 +676,11 @@ class Frontier:
             item,
         )
 
-    def _recover(self) -> None:
-        """Rebuild RAM state from the store after a restart: counters, seen keys, budgets, robots, leases."""
+    def _recover(self, rows: bool) -> None:
+        """Rebuild RAM state from the store after a restart: run id, counters, scope and (with `rows`) the items.
+
+        A cluster node passes rows=False: which domains it holds is the ring's to say, and it adopts them then.
+        """
         store = self.store
         self.run_id = self.run_id or store.get_meta("run_id") or uuid.uuid4().hex[:12]
         store.set_meta("run_id", self.run_id)
@@ -688,7 +690,8 @@ class Frontier:
             loaded = json.loads(scope)
             self.scope_hosts.update(loaded["hosts"])
             self.scope_domains.update(loaded["domains"])
-        self.adopt(store.items(), store.robots_records())
+        if rows:
+            self.adopt(store.items(), store.robots_records())
         store.flush()
 
     def adopt(self, items: Iterable[Item], robots: Iterable[tuple[str, str, dict[str, object]]]) -> None:

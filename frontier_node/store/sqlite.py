@@ -102,6 +102,7 @@ _PRAGMAS: Final = (
 _PAGE_SIZE: Final = 4096
 _BUSY_TIMEOUT_S: Final = 10.0
 _CHECKPOINT_EVERY_S: Final = 0.25
+_RESTART_FRAMES: Final = 4096
 
 _STATE_TEXT: Final[dict[State, str]] = {s: s.value for s in State}
 _TEXT_STATE: Final[dict[str, State]] = {s.value: s for s in State}
@@ -161,8 +162,12 @@ class SqliteStore:
             raise
         # The thread holds no reference to the store, so a store dropped without close() still stops it.
         self._stop = threading.Event()
+        self._tail_due = threading.Event()
         self._checkpointer = threading.Thread(
-            target=_checkpoint_loop, args=(self.path, self._stop), name=f"checkpoint:{self.path.name}", daemon=True
+            target=_checkpoint_loop,
+            args=(self.path, self._stop, self._tail_due),
+            name=f"checkpoint:{self.path.name}",
+            daemon=True,
         )
         self._checkpointer.start()
         weakref.finalize(self, self._stop.set)
@@ -271,6 +276,10 @@ class SqliteStore:
         self._rows = {}
         self._robots = {}
         self._meta = {}
+        if self._tail_due.is_set():
+            self._tail_due.clear()
+            with contextlib.suppress(sqlite3.OperationalError):
+                con.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
 
     # -- reads -----------------------------------------------------------------------------------------
 
@@ -396,13 +405,20 @@ class SqliteStore:
                 self._con.close()
 
 
-def _checkpoint_loop(path: Path, stop: threading.Event) -> None:
-    """Copy committed WAL frames into the database file off the commit path (PASSIVE: blocks no writer)."""
+def _checkpoint_loop(path: Path, stop: threading.Event, tail_due: threading.Event) -> None:
+    """Copy committed WAL frames into the database file off the commit path (PASSIVE: blocks no writer).
+
+    Once a pass finds the WAL longer than _RESTART_FRAMES it asks the writer to copy the short tail itself
+    (`tail_due`): only a checkpoint that ends with every frame copied lets the next commit rewind the WAL, and
+    a WAL rewritten in place costs far less to append to than one that keeps growing.
+    """
     con = _open(path)
     try:
         while not stop.wait(_CHECKPOINT_EVERY_S):
             with contextlib.suppress(sqlite3.OperationalError):
-                con.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                _, frames, _ = con.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                if frames >= _RESTART_FRAMES:
+                    tail_due.set()
     finally:
         con.close()
 

@@ -1,0 +1,106 @@
+"""Where links and completions go: the nodes of the ring, one gRPC stub each, and the owner of every domain."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import Protocol
+
+import grpc
+
+from hostring.urls import UrlRejected, identify
+from hostring.v1 import frontier_pb2 as pb
+from hostring.v1 import frontier_pb2_grpc as pb_grpc
+
+log = logging.getLogger("hostring.worker")
+
+DISCOVER_BATCH = 256
+_ROUNDS = 6
+
+
+class Router(Protocol):
+    """Which nodes exist and which one owns a registrable domain (hostring.membership.RingWatcher is one)."""
+
+    def nodes(self) -> Sequence[str]: ...
+
+    def owner(self, domain: str) -> str: ...
+
+    async def refresh(self) -> None: ...
+
+
+class StaticRouter:
+    """One node owns everything: the embedded `hostring crawl` setup."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+
+    def nodes(self) -> Sequence[str]:
+        return [self.address]
+
+    def owner(self, domain: str) -> str:
+        return self.address
+
+    async def refresh(self) -> None:
+        return None
+
+
+class NodeClients:
+    """One channel per node address, and Discover routed to owners with re-sends on wrong-owner or a lost node."""
+
+    def __init__(self, router: Router, *, worker_id: str, channel_options: Sequence[tuple[str, object]] = ()) -> None:
+        self.router = router
+        self.worker_id = worker_id
+        self._options = list(channel_options)
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._stubs: dict[str, pb_grpc.FrontierStub] = {}
+
+    def stub(self, address: str) -> pb_grpc.FrontierStub:
+        stub = self._stubs.get(address)
+        if stub is None:
+            channel = grpc.aio.insecure_channel(address, options=self._options)
+            self._channels[address] = channel
+            stub = self._stubs[address] = pb_grpc.FrontierStub(channel)  # type: ignore[no-untyped-call]
+        return stub
+
+    async def close(self) -> None:
+        for channel in self._channels.values():
+            await channel.close(None)
+
+    async def route(self, links: Sequence[pb.Link]) -> int:
+        """Send links to the owners of their domains; the number that found no owner after every retry."""
+        pending = list(links)
+        for round_ in range(_ROUNDS):
+            by_owner: dict[str, list[pb.Link]] = {}
+            try:
+                for link in pending:
+                    try:
+                        domain = identify(link.observed, link.base_url).domain
+                    except UrlRejected:
+                        domain = ""
+                    by_owner.setdefault(self.router.owner(domain), []).append(link)
+            except LookupError:
+                by_owner = {}
+            retry: list[pb.Link] = [] if by_owner else pending
+            for address, batch in by_owner.items():
+                for i in range(0, len(batch), DISCOVER_BATCH):
+                    chunk = batch[i : i + DISCOVER_BATCH]
+                    try:
+                        resp = await self.stub(address).Discover(
+                            pb.DiscoverRequest(links=chunk, worker_id=self.worker_id), timeout=30
+                        )
+                    except grpc.aio.AioRpcError as e:
+                        log.warning("discover on %s failed (%s); will re-route", address, e.code().name)
+                        retry += chunk
+                        continue
+                    retry += [link for link, v in zip(chunk, resp.verdicts, strict=True) if v.verdict == pb.WRONG_OWNER]
+            if not retry:
+                return 0
+            pending = retry
+            await asyncio.sleep(0.1 * 2**round_)
+            try:
+                await self.router.refresh()
+            except Exception as e:  # the coordinator may be restarting: keep the links and try again
+                log.warning("ring refresh failed: %s", e)
+        log.error("%d links found no owner after %d rounds", len(pending), _ROUNDS)
+        return len(pending)
