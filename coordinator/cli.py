@@ -128,6 +128,7 @@ def cmd_node(args: argparse.Namespace) -> int:
             coordinator=args.coordinator,
             advertise=args.advertise,
             weight=args.weight,
+            metrics_port=args.metrics_port,
         )
     except ValueError as e:
         raise SystemExit(f"hostring: {e}") from e
@@ -166,6 +167,7 @@ def _crawl_options(args: argparse.Namespace, seeds: list[str], out: str) -> Craw
         progress=not args.no_progress,
         total_timeout_s=args.fetch_timeout,
         max_bytes=args.max_response_bytes,
+        metrics_port=args.metrics_port,
         node_args=[
             "--max-attempts",
             str(args.max_attempts),
@@ -244,6 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="address others reach this node at (default: 127.0.0.1 and the bound port)",
     )
     node.add_argument("--weight", type=int, default=1, help="share of the ring (default: %(default)s)")
+    node.add_argument("--metrics-port", type=int, default=None, metavar="PORT", help="serve Prometheus /metrics")
     node.add_argument(
         "--scope",
         default="all",
@@ -290,6 +293,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="fetches in flight at once across hosts (default: %(default)s)",
     )
     crawl.add_argument("--no-progress", action="store_true", help="no live progress line")
+    crawl.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+                       help="serve the worker's Prometheus /metrics on PORT and the node's on PORT+1")
     crawl.add_argument(
         "--fetch-timeout",
         type=float,

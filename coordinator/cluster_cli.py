@@ -21,6 +21,11 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
     from coordinator.server import serve_forever, start_coordinator
 
     coord = start_coordinator(args.listen, redis_url=args.redis or None, heartbeat_timeout_s=args.heartbeat_timeout)
+    if args.metrics_port is not None:
+        from coordinator.metrics import coordinator_registry
+        from hostring.metrics import serve_metrics
+
+        serve_metrics(args.metrics_port, coordinator_registry(coord.service.membership, coord._redis), args.listen)
     print(
         f"hostring coordinator listening on port {coord.port}"
         f" ({'membership in ' + args.redis if args.redis else 'membership in memory'})",
@@ -161,6 +166,7 @@ def add_cluster_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser
         metavar="S",
         help="a node silent this long leaves the ring (default: %(default)s)",
     )
+    c.add_argument("--metrics-port", type=int, default=None, metavar="PORT", help="serve Prometheus /metrics")
     c.set_defaults(func=cmd_coordinator)
 
     w = sub.add_parser(
@@ -190,6 +196,7 @@ def add_cluster_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser
     )
     w.add_argument("--until-drained", action="store_true", help="exit when every node has no work left")
     w.add_argument("--connect-timeout", type=float, default=30.0, metavar="S")
+    w.add_argument("--metrics-port", type=int, default=None, metavar="PORT", help="serve Prometheus /metrics")
     w.set_defaults(func=cmd_worker)
 
     s = sub.add_parser("status", help="ring epoch, nodes, owned domains, queue depths, leases in flight")

@@ -23,10 +23,12 @@ from typing import Any, TextIO
 import grpc
 
 from fetch_worker.fetch import Fetcher, FetchLimits
+from fetch_worker.metrics import WorkerMetrics
 from fetch_worker.netpolicy import NetworkPolicy
 from fetch_worker.routing import StaticRouter
 from fetch_worker.warc import WarcWriter
 from fetch_worker.worker import Worker
+from hostring.metrics import serve_metrics
 from hostring.urls import UrlRejected, identify
 from hostring.v1 import frontier_pb2 as pb
 from hostring.v1 import frontier_pb2_grpc as pb_grpc
@@ -60,6 +62,7 @@ class CrawlOptions:
     progress: bool = True
     total_timeout_s: float = 60.0
     max_bytes: int = 10 * 2**20
+    metrics_port: int | None = None
     node_args: list[str] = field(default_factory=list)
 
 
@@ -120,6 +123,7 @@ def start_node_process(opts: CrawlOptions, log: TextIO) -> tuple[subprocess.Pope
         *scope,
         *(["--max-pages", str(opts.max_pages)] if opts.max_pages is not None else []),
         *(["--user-agent", opts.user_agent] if opts.user_agent else []),
+        *(["--metrics-port", str(opts.metrics_port + 1)] if opts.metrics_port is not None else []),
         *opts.node_args,
     ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, preexec_fn=_die_with_parent)
@@ -200,6 +204,10 @@ async def _crawl(opts: CrawlOptions, address: str, stop: asyncio.Event, out: Tex
     )
     fetcher = Fetcher(NetworkPolicy(opts.allow_network), opts.user_agent, limits, max_connections=opts.fetchers)
     token = opts.user_agent.split("/")[0].split()[0] if opts.user_agent else "hostring"
+    metrics = None
+    if opts.metrics_port is not None:
+        metrics = WorkerMetrics()
+        serve_metrics(opts.metrics_port, metrics.registry, "127.0.0.1:0")
     worker = Worker(
         StaticRouter(address),
         fetcher,
@@ -207,6 +215,7 @@ async def _crawl(opts: CrawlOptions, address: str, stop: asyncio.Event, out: Tex
         max_in_flight=opts.fetchers,
         product_token=token,
         worker_id=f"crawl-{os.getpid()}",
+        metrics=metrics,
     )
     progress = Progress(sys.stderr, opts.progress)
     finished = asyncio.Event()

@@ -20,6 +20,7 @@ import grpc
 
 from fetch_worker.fetch import Fetcher, FetchResult, media_type
 from fetch_worker.links import extract_links
+from fetch_worker.metrics import WorkerMetrics
 from fetch_worker.routing import NodeClients, Router
 from fetch_worker.warc import WarcWriter, payload_digest
 from hostring.fingerprint import body_digest, simhash64
@@ -58,6 +59,7 @@ class Worker:
         max_in_flight: int = 64,
         lease_batch: int = 32,
         product_token: str = "hostring",
+        metrics: WorkerMetrics | None = None,
         channel_options: Sequence[tuple[str, object]] = (),
     ) -> None:
         self.router = router
@@ -68,6 +70,7 @@ class Worker:
         self.lease_batch = lease_batch
         self.product_token = product_token
         self.stats = WorkerStats()
+        self.metrics = metrics
         self.clients = NodeClients(router, worker_id=self.worker_id, channel_options=channel_options)
         self._written: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self.drained_nodes: set[str] = set()
@@ -138,6 +141,8 @@ class Worker:
 
     async def _process(self, address: str, item: pb.LeaseItem) -> None:
         self.stats.in_flight += 1
+        if self.metrics is not None:
+            self.metrics.in_flight.inc()
         renewer = asyncio.create_task(self._keep_renewed(address, item))
         outcome = pb.Outcome(retry_after_s=-1)
         links: list[pb.Link] = []
@@ -153,6 +158,8 @@ class Worker:
             if self.warc is not None and result.status:
                 outcome.evidence = await asyncio.to_thread(self._archive, result)
             self.stats.bytes += result.decoded_bytes
+            if self.metrics is not None:
+                self.metrics.observe(result)
             if result.error_class:
                 self.stats.errors[result.error_class] += 1
             else:
@@ -166,6 +173,8 @@ class Worker:
         finally:
             renewer.cancel()
             self.stats.in_flight -= 1
+            if self.metrics is not None:
+                self.metrics.in_flight.dec()
         await self._complete(address, item, outcome, links)
 
     def _outcome(self, r: FetchResult) -> pb.Outcome:

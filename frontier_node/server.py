@@ -21,11 +21,13 @@ from grpc_reflection.v1alpha import reflection
 from frontier_node.cluster import Slice
 from frontier_node.core.config import FrontierConfig
 from frontier_node.core.frontier import Frontier
+from frontier_node.metrics import StoreTimer, node_registry
 from frontier_node.service import FrontierService
 from frontier_node.store.open import open_store
 from frontier_node.store.redis import RedisStore
 from hostring.clock import WallClock
 from hostring.membership import NodeMembership
+from hostring.metrics import serve_metrics
 from hostring.v1 import frontier_pb2
 from hostring.v1 import frontier_pb2_grpc as pb_grpc
 
@@ -46,6 +48,7 @@ class RunningNode:
     _stop: threading.Event
     membership: NodeMembership | None = None
     slice: Slice | None = None
+    metrics_port: int | None = None
     _closed: list[bool] = field(default_factory=list)
 
     def stop(self, grace: float = 5.0, *, leave: bool = True) -> None:
@@ -75,6 +78,7 @@ def start_node(
     coordinator: str = "",
     advertise: str = "",
     weight: int = 1,
+    metrics_port: int | None = None,
 ) -> RunningNode:
     """Open the store, build the core and serve the Frontier service on `listen` (HOST:PORT; port 0 picks).
 
@@ -110,6 +114,10 @@ def start_node(
     reflection.enable_server_reflection(
         (_SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server
     )
+    if metrics_port is not None:
+        registry = node_registry(frontier, cond, slice_)
+        service.store_timer = StoreTimer(registry)
+        metrics_port = serve_metrics(metrics_port, registry, listen)
     port = server.add_insecure_port(listen)
     if port == 0:
         raise OSError(f"could not listen on {listen!r}")
@@ -131,7 +139,7 @@ def start_node(
         address = advertise or f"127.0.0.1:{port}"
         membership = NodeMembership(coordinator, node_id, address, weight, on_ring=slice_.apply).start()
     log.info("node %s serving on port %d, store %s, run %s", node_id, port, store_url, frontier.run_id)
-    return RunningNode(server, service, port, health_servicer, stop, membership, slice_)
+    return RunningNode(server, service, port, health_servicer, stop, membership, slice_, metrics_port)
 
 
 def _ticker(service: FrontierService, stop: threading.Event) -> None:

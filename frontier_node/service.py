@@ -13,6 +13,7 @@ import grpc
 from frontier_node.core.frontier import Frontier, LeaseError
 from frontier_node.core.hosts import Host
 from frontier_node.core.records import Item, key_domain
+from frontier_node.metrics import StoreTimer
 from frontier_node.report import coverage_report
 from frontier_node.store.redis import FencedOut
 from hostring.urls import UrlRejected, identify
@@ -21,14 +22,6 @@ from hostring.v1 import frontier_pb2_grpc as pb_grpc
 
 _MAX_LEASE_ITEMS = 1000
 _MAX_WAIT_S = 30.0
-
-
-def _commit(frontier: Frontier, context: grpc.ServicerContext) -> None:
-    """Make the call's writes durable before answering; a domain fenced by a newer owner answers wrong-owner."""
-    try:
-        frontier.store.flush()
-    except FencedOut as e:
-        context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"wrong_owner: {e}")
 
 
 class FrontierService(pb_grpc.FrontierServicer):
@@ -46,13 +39,25 @@ class FrontierService(pb_grpc.FrontierServicer):
         self.node_id = node_id
         self.epoch = epoch
         self.cond = lock or threading.Condition()
+        self.store_timer: StoreTimer | None = None
+
+    def _commit(self, context: grpc.ServicerContext) -> None:
+        """Make the call's writes durable before answering; a domain fenced by a newer owner answers wrong-owner."""
+        try:
+            if self.store_timer is None:
+                self.frontier.store.flush()
+            else:
+                with self.store_timer:
+                    self.frontier.store.flush()
+        except FencedOut as e:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"wrong_owner: {e}")
 
     # ------------------------------------------------------------------ hot path
 
     def Discover(self, request: pb.DiscoverRequest, context: grpc.ServicerContext) -> pb.DiscoverResponse:
         with self.cond:
             verdicts = self.frontier.discover(request.links)
-            _commit(self.frontier, context)
+            self._commit(context)
             self.cond.notify_all()
         resp = pb.DiscoverResponse(ring_epoch=self.epoch())
         add = resp.verdicts.add
@@ -69,7 +74,7 @@ class FrontierService(pb_grpc.FrontierServicer):
             while True:
                 items = self.frontier.lease(request.worker_id, want)
                 if items:
-                    _commit(self.frontier, context)
+                    self._commit(context)
                     break
                 remaining = give_up_at - time.monotonic()
                 if remaining <= 0 or self.frontier.drained or not context.is_active():
@@ -103,7 +108,7 @@ class FrontierService(pb_grpc.FrontierServicer):
                 context.abort(grpc.StatusCode.FAILED_PRECONDITION,
                               f"wrong_owner: this node does not own {domain!r} at epoch {self.epoch()}")
             done = self.frontier.complete(request.lease_id, request.generation, request.outcome, request.links)
-            _commit(self.frontier, context)
+            self._commit(context)
             self.cond.notify_all()
         return pb.CompleteResponse(
             accepted=done.accepted,

@@ -11,8 +11,8 @@ import grpc
 import pytest
 import redis
 
-from hostring.membership import NodeMembership, RingWatcher
 from coordinator.server import RunningCoordinator, start_coordinator
+from hostring.membership import NodeMembership, RingWatcher
 from hostring.ring import Ring
 from hostring.v1 import coordinator_pb2 as pb
 from hostring.v1 import coordinator_pb2_grpc as pb_grpc

@@ -267,7 +267,7 @@ class Driver:
         return None
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=ops)
 def test_sqlite_answers_like_memory(ops: list[tuple[Any, ...]]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
@@ -569,10 +569,14 @@ def test_open_store_redis_is_not_yet(tmp_path: Path) -> None:
 
 
 def test_print_flush_throughput(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Batches of 256 admitted links (2 journal lines + 1 item row each) across 10k hosts; prints rows/s."""
+    """Batches of 256 admitted links (2 journal lines + 1 item row each), every link on another of 10k hosts.
+
+    That spread is the worst case (each row dirties its own index leaves); prints rows/s by wall clock and by
+    the flushing thread's CPU time, which is what survives a busy shared machine.
+    """
     store = SqliteStore(tmp_path / "bench.sqlite3")
     jseq = 0
-    spent = 0.0
+    wall = cpu = 0.0
     batches = 120
     for b in range(batches):
         for i in range(256):
@@ -582,13 +586,15 @@ def test_print_flush_throughput(tmp_path: Path, capsys: pytest.CaptureFixture[st
             it = dataclasses.replace(it, state=State.SCHEDULED)
             store.record(make_entry(jseq + 2, it.key, "admitted", "schedule", "scheduled"), it)
             jseq += 2
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.thread_time()
         store.flush()
-        spent += time.perf_counter() - start
+        wall += time.perf_counter() - start
+        cpu += time.thread_time() - start_cpu
     store.close()
     rows = batches * 256 * 3
     with capsys.disabled():
         print(
-            f"\n[sqlite store] flush of {batches} batches x 256 links (2 journal + 1 item row each, hosts spread "
-            f"over 10k): {rows / spent:,.0f} rows/s = {batches * 256 / spent:,.0f} links/s"
+            f"\n[sqlite store] flush of {batches} batches x 256 links (2 journal + 1 item row each, 10k hosts): "
+            f"{rows / wall:,.0f} rows/s wall = {batches * 256 / wall:,.0f} links/s; "
+            f"{rows / cpu:,.0f} rows/s per CPU-second of the flushing thread"
         )

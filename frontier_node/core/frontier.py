@@ -336,6 +336,7 @@ class Frontier:
             return self._late(key, generation, outcome, "stale_generation" if item else "unknown_lease")
         now = self.clock.now()
         del self.leased[key]
+        self.events["completed"] += 1
         host = self.hosts[item.host]
         self._release(host, now)
         if outcome.remote_ip:
@@ -416,6 +417,7 @@ class Frontier:
         item.status, item.evidence = status, outcome.evidence
         host.errors += 1
         if action is Action.RETRY:
+            self.events["backoff"] += 1
             host.on_trouble(now, outcome.retry_after_s, policy)
             if item.attempt >= self.config.retry.max_attempts:
                 self._move(item, Event.FAIL, f"retries_exhausted:{reason}", outcome.evidence)
@@ -456,8 +458,10 @@ class Frontier:
             )
             home.robots[item.origin] = record
             self.store.save_robots(item.origin, home.name, record.to_dict())
+        self.events[f"robots_{status // 100}xx" if status else "robots_no_response"] += 1
         # Pace after the record is in place, so the file's own Crawl-delay governs the very next request.
         if error_class or status in OVERLOAD_STATUSES or status >= 500:
+            self.events["backoff"] += 1
             host.on_trouble(now, outcome.retry_after_s, policy)
         else:
             host.on_response(outcome.response_s, now, policy)

@@ -1,0 +1,111 @@
+"""Prometheus metrics of a frontier node, read from the core at scrape time (nothing added to the hot path)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from frontier_node.cluster import Slice
+    from frontier_node.core.frontier import Frontier
+
+_LEASE_EVENTS = {"granted": "lease", "completed": "completed", "expired": "lease_expired", "stale": "late_evidence"}
+
+
+class NodeCollector(Collector):
+    """Turns the core's counters and queues into metric families under the service lock, once per scrape."""
+
+    def __init__(self, frontier: Frontier, lock: threading.Condition, slice_: Slice | None = None) -> None:
+        self.frontier = frontier
+        self.lock = lock
+        self.slice = slice_
+
+    def collect(self) -> Iterator[Metric]:
+        with self.lock:
+            f = self.frontier
+            now = f.clock.now()
+            limit = f.config.politeness
+            with_work = [h for h in f.hosts.values() if h.has_work()]
+            ready = sum(
+                1 for h in with_work if not h.paused and h.in_flight < h.limit(limit) and f._eligible_at(h) <= now
+            )
+            backed_off = sum(1 for h in f.hosts.values() if h.backoff > 1.0)
+            verdicts = dict(f.verdicts)
+            events = dict(f.events)
+            states = dict(f.state_counts)
+            breaches: Counter[str] = Counter()
+            for b in f.budgets.breaches.values():
+                breaches[b.rule] += b.count
+            domains = len(f.domains)
+        links = CounterMetricFamily("hostring_links_discovered", "Links answered by Discover, by verdict and reason",
+                                    labels=["verdict", "reason"])
+        for (verdict, reason), n in sorted(verdicts.items()):
+            links.add_metric([verdict, reason], n)
+        yield links
+        urls = GaugeMetricFamily("hostring_urls", "Fetch keys by state", labels=["state"])
+        for state, n in sorted(states.items()):
+            urls.add_metric([state], n)
+        yield urls
+        leases = CounterMetricFamily("hostring_leases", "Lease events", labels=["event"])
+        for label, key in _LEASE_EVENTS.items():
+            leases.add_metric([label], events.get(key, 0))
+        yield leases
+        robots = CounterMetricFamily("hostring_robots_fetches", "robots.txt fetches by status class",
+                                     labels=["status_class"])
+        for key, n in sorted(events.items()):
+            if key.startswith("robots_"):
+                robots.add_metric([key.removeprefix("robots_")], n)
+        yield robots
+        budget = CounterMetricFamily("hostring_budget_breaches", "Links suppressed by a budget rule", labels=["rule"])
+        for rule, n in sorted(breaches.items()):
+            budget.add_metric([rule], n)
+        yield budget
+        yield CounterMetricFamily("hostring_backoffs", "Times a host was backed off (429, 5xx, timeouts)",
+                                  value=events.get("backoff", 0))
+        yield GaugeMetricFamily("hostring_hosts_backed_off", "Hosts whose delay is multiplied by a backoff",
+                                value=backed_off)
+        yield GaugeMetricFamily("hostring_queue_depth", "Scheduled URLs (in RAM and in the store)",
+                                value=states.get("scheduled", 0))
+        yield GaugeMetricFamily("hostring_hosts_with_work", "Hosts with queued work", value=len(with_work))
+        yield GaugeMetricFamily("hostring_hosts_ready", "Hosts that may be leased now", value=ready)
+        yield GaugeMetricFamily("hostring_owned_domains", "Registrable domains this node holds", value=domains)
+        if self.slice is not None:
+            yield GaugeMetricFamily("hostring_ring_epoch", "Ring epoch this node applies", value=self.slice.epoch())
+            yield CounterMetricFamily("hostring_handoffs", "Ring changes applied", value=self.slice.handoffs)
+            moved = CounterMetricFamily("hostring_domains_moved", "Domains moved by handoffs", labels=["direction"])
+            moved.add_metric(["in"], self.slice.moved_in)
+            moved.add_metric(["out"], self.slice.moved_out)
+            yield moved
+        else:
+            yield GaugeMetricFamily("hostring_ring_epoch", "Ring epoch this node applies", value=0)
+
+
+class StoreTimer:
+    """A histogram of store flush latency; `with timer:` around each flush."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.histogram = Histogram("hostring_store_latency_seconds", "Time to make a call's writes durable",
+                                   registry=registry,
+                                   buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0))
+        self._t0 = 0.0
+
+    def __enter__(self) -> StoreTimer:
+        self._t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.histogram.observe(time.perf_counter() - self._t0)
+
+
+def node_registry(frontier: Frontier, lock: threading.Condition, slice_: Slice | None = None) -> CollectorRegistry:
+    """A registry of its own per node (several nodes may share a process in tests)."""
+    registry = CollectorRegistry()
+    registry.register(NodeCollector(frontier, lock, slice_))
+    return registry

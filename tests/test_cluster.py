@@ -1,0 +1,661 @@
+"""The cluster end to end: real processes, real Redis, real gRPC and a real local web on loopback.
+
+A coordinator, frontier nodes (`hostring node --coordinator ... --store redis://...`) and fetch workers
+(`hostring worker`) run as subprocesses, each in its own process group so teardown can kill every one of them.
+The web is a `LocalWeb` in this process: its request log is the judge of politeness and coverage. The nodes'
+journals in Redis (read with `RedisStore.export_domain`, writers and epochs included) are the judge of why a
+page was fetched twice, and the nodes' own reports (`Report` RPC, `hostring status`) are the judge of who owns
+which domain, checked against the ring math of `hostring.ring.Ring`.
+
+Only servers started here on 127.0.0.0/8 are contacted. Every wait is bounded.
+
+Redis: the session's `redis_url` fixture (a throwaway redis-server unless $REDIS_URL is set). The node CLI has
+no namespace flag (every node writes the namespace "hostring"), so each test takes a Redis database of its own
+that is empty when it starts (`cluster_redis`) and deletes its keys afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import grpc
+import pytest
+import redis
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from coordinator.localweb import LocalWeb, Oracle, oracle_for, random_model, render_model
+from frontier_node.store.redis import ROBOTS_PREFIX, RedisStore
+from hostring.membership import ring_from_proto
+from hostring.ring import Member, Ring
+from hostring.urls import identify
+from hostring.v1 import coordinator_pb2 as cpb
+from hostring.v1 import coordinator_pb2_grpc as cpb_grpc
+from hostring.v1 import frontier_pb2 as pb
+from hostring.v1 import frontier_pb2_grpc as pb_grpc
+from tests.crawl_helpers import LOOPBACK, REPO, TOKEN, UA, needed_depth, politeness_violations
+
+STARTUP_TIMEOUT_S = 30.0
+RPC_TIMEOUT_S = 10.0
+_PORT_LINE = re.compile(r"listening on port (\d+)")
+_HANDOFF_LINE = re.compile(r"ring epoch (\d+): (\d+) members, released (\d+) domains, adopted (\d+)")
+_SERVING = health_pb2.HealthCheckResponse.SERVING
+
+
+# ============================================================================================== Redis
+
+
+@pytest.fixture
+def cluster_redis(redis_url: str) -> Iterator[str]:
+    """The URL of a Redis database (1..15 of the session's server) that holds no key when the test starts.
+
+    The nodes write the fixed namespace "hostring", so two tests in one database would adopt each other's
+    domains (the local webs reuse the same 127.0.0.N hosts). The keys are deleted afterwards.
+    """
+    base = redis_url.rsplit("/", 1)[0] if re.search(r"/\d+$", redis_url) else redis_url.rstrip("/")
+    for db in range(1, 16):
+        url = f"{base}/{db}"
+        client = redis.Redis.from_url(url)
+        try:
+            if client.dbsize() == 0:
+                break
+        except redis.ResponseError:  # fewer databases configured
+            client.close()
+            pytest.skip(f"no empty Redis database among 1..{db - 1} of {redis_url}")
+        client.close()
+    else:
+        pytest.skip(f"no empty Redis database among 1..15 of {redis_url}")
+    try:
+        yield url
+    finally:
+        client = redis.Redis.from_url(url)
+        try:
+            for key in list(client.scan_iter(match="hostring:*", count=1000)):
+                client.delete(key)
+        finally:
+            client.close()
+
+
+# ============================================================================================== processes
+
+
+class Proc:
+    """One hostring subprocess in its own session (process group); output goes to files in `log_dir`."""
+
+    def __init__(self, name: str, cmd: list[str], log_dir: Path) -> None:
+        self.name = name
+        self.cmd = cmd
+        self.out_path = log_dir / f"{name}.stdout"
+        self.err_path = log_dir / f"{name}.stderr"
+        self._files: list[IO[bytes]] = [self.out_path.open("wb"), self.err_path.open("wb")]
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen(
+            cmd, cwd=REPO, stdout=self._files[0], stderr=self._files[1], stdin=subprocess.DEVNULL,
+            start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )  # fmt: skip
+
+    @property
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    def port(self, timeout: float = STARTUP_TIMEOUT_S) -> int:
+        """The port the process announced on stdout ("listening on port N"), waiting a bounded time."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            m = _PORT_LINE.search(self.out_path.read_text(errors="replace"))
+            if m is not None:
+                return int(m.group(1))
+            if not self.running:
+                break
+            time.sleep(0.05)
+        raise AssertionError(f"{self.name} did not announce its port within {timeout}s\n{self.tail()}")
+
+    def signal(self, sig: int) -> None:
+        """Send `sig` to the whole process group, if the leader has not been reaped yet."""
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, sig)
+
+    def stop(self, sig: int = signal.SIGKILL, timeout: float = 10.0) -> None:
+        """Signal the group and reap the leader; SIGKILL if it outlives `timeout`."""
+        self.signal(sig)
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.signal(signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=10)
+        for f in self._files:
+            f.close()
+        self._files = []
+
+    def log(self) -> str:
+        return self.err_path.read_text(errors="replace")
+
+    def tail(self, n: int = 2500) -> str:
+        out = self.out_path.read_text(errors="replace")[-600:]
+        return f"--- {self.name} (pid {self.proc.pid}, rc {self.proc.poll()}) stdout:\n{out}\nstderr:\n{self.log()[-n:]}"
+
+
+def hostring_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "coordinator.cli", *args]
+
+
+class Cluster:
+    """A coordinator, nodes and workers as subprocesses, with stubs to each and a timeline of what happened."""
+
+    def __init__(self, log_dir: Path, redis_url: str, *, heartbeat_timeout: float, delay: float,
+                 lease_s: float) -> None:
+        self.log_dir = log_dir
+        self.redis_url = redis_url
+        self.heartbeat_timeout = heartbeat_timeout
+        self.delay = delay
+        self.lease_s = lease_s
+        self.procs: dict[str, Proc] = {}
+        self.addresses: dict[str, str] = {}
+        self.coordinator = ""
+        self._channels: dict[str, grpc.Channel] = {}
+        self.t0 = time.monotonic()
+        self.timeline: list[tuple[float, str]] = []
+        self.hits_of: Callable[[], int] = lambda: 0
+
+    # ---- lifecycle
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Kill every process started here (workers first), by process group, and close the channels."""
+        for kind in ("w", "n", "coordinator"):
+            for name, proc in self.procs.items():
+                if name.startswith(kind):
+                    proc.stop(signal.SIGKILL)
+        for channel in self._channels.values():
+            channel.close()
+        self._channels = {}
+
+    def note(self, text: str) -> None:
+        self.timeline.append((time.monotonic() - self.t0, f"{text} [server hits: {self.hits_of()}]"))
+
+    def timeline_text(self) -> str:
+        return "timeline:\n" + "\n".join(f"  {t:7.2f}s  {what}" for t, what in self.timeline)
+
+    def logs(self) -> str:
+        return "\n".join(p.tail() for p in self.procs.values())
+
+    def _start(self, name: str, *args: str) -> Proc:
+        proc = Proc(name, hostring_cmd("--log-level", "INFO", *args), self.log_dir)
+        self.procs[name] = proc
+        return proc
+
+    def start_coordinator(self) -> None:
+        proc = self._start("coordinator", "coordinator", "--listen", "127.0.0.1:0", "--redis", self.redis_url,
+                           "--heartbeat-timeout", str(self.heartbeat_timeout))
+        self.coordinator = f"127.0.0.1:{proc.port()}"
+        self.note(f"coordinator up at {self.coordinator}")
+
+    def start_nodes(self, *node_ids: str) -> None:
+        """Start nodes at once (their imports overlap), then wait for each one's port."""
+        procs = [
+            self._start(node_id, "node", "--coordinator", self.coordinator, "--id", node_id,
+                        "--listen", "127.0.0.1:0", "--store", self.redis_url, "--delay", str(self.delay),
+                        "--lease-s", str(self.lease_s), "--user-agent", UA)
+            for node_id in node_ids
+        ]  # fmt: skip
+        for node_id, proc in zip(node_ids, procs, strict=True):
+            self.addresses[node_id] = f"127.0.0.1:{proc.port()}"
+            self.note(f"node {node_id} listening at {self.addresses[node_id]}")
+
+    def start_workers(self, *worker_ids: str) -> None:
+        for wid in worker_ids:
+            self._start(wid, "worker", "--coordinator", self.coordinator, "--allow-network", LOOPBACK, "--id", wid,
+                        "--user-agent", UA, "--fetch-timeout", "10", "--grace", "1")
+        self.note(f"workers {', '.join(worker_ids)} started")
+
+    # ---- gRPC
+
+    def _channel(self, address: str) -> grpc.Channel:
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = self._channels[address] = grpc.insecure_channel(address)
+        return channel
+
+    def ring(self) -> Ring:
+        stub = cpb_grpc.CoordinatorStub(self._channel(self.coordinator))
+        return ring_from_proto(stub.GetRing(cpb.GetRingRequest(), timeout=RPC_TIMEOUT_S))
+
+    def frontier(self, node_id: str) -> pb_grpc.FrontierStub:
+        return pb_grpc.FrontierStub(self._channel(self.addresses[node_id]))
+
+    def stats(self, node_id: str) -> pb.StatsResponse:
+        return self.frontier(node_id).Stats(pb.StatsRequest(), timeout=RPC_TIMEOUT_S)
+
+    def serving(self, node_id: str) -> bool:
+        stub = health_pb2_grpc.HealthStub(self._channel(self.addresses[node_id]))
+        return stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=RPC_TIMEOUT_S).status == _SERVING
+
+    def report(self, node_id: str) -> dict[str, Any]:
+        resp = self.frontier(node_id).Report(pb.ReportRequest(dispositions=True), timeout=RPC_TIMEOUT_S)
+        report: dict[str, Any] = json.loads(resp.json)
+        return report
+
+    def settled(self, members: set[str]) -> Ring | None:
+        """The coordinator's ring when it has exactly `members` and every one of them applied it and is SERVING."""
+        try:
+            ring = self.ring()
+            if set(ring.members) != members:
+                return None
+            for node_id in members:
+                if self.stats(node_id).ring_epoch != ring.epoch or not self.serving(node_id):
+                    return None
+        except grpc.RpcError:
+            return None
+        return ring
+
+    def wait_settled(self, members: set[str], timeout: float) -> Ring:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            ring = self.settled(members)
+            if ring is not None:
+                return ring
+            time.sleep(0.05)
+        raise AssertionError(f"ring did not settle on {sorted(members)} within {timeout}s (coordinator: "
+                             f"{_safe(self.ring)})")
+
+    # ---- the CLI
+
+    def cli(self, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+        """Run a short `hostring` command to its end (bounded), in its own process group."""
+        proc = subprocess.Popen(hostring_cmd(*args), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                stdin=subprocess.DEVNULL, text=True, start_new_session=True)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate(timeout=10)
+            raise AssertionError(f"hostring {' '.join(args)} did not end within {timeout}s") from None
+        return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+    def seed(self, urls: Sequence[str]) -> str:
+        seeds = self.log_dir / "seeds.txt"
+        seeds.write_text("\n".join(urls) + "\n", encoding="utf-8")
+        done = self.cli("seed", "--coordinator", self.coordinator, "--file", str(seeds))
+        assert done.returncode == 0, f"hostring seed failed ({done.returncode}): {done.stdout}{done.stderr[-2000:]}"
+        self.note(f"seeded: {done.stdout.strip()}")
+        return done.stdout
+
+    def status(self) -> tuple[str, dict[str, Any]]:
+        """`hostring status` as text and as JSON."""
+        text = self.cli("status", "--coordinator", self.coordinator)
+        assert text.returncode == 0, text.stderr[-2000:]
+        js = self.cli("status", "--coordinator", self.coordinator, "--json")
+        assert js.returncode == 0, js.stderr[-2000:]
+        parsed: dict[str, Any] = json.loads(js.stdout)
+        return text.stdout, parsed
+
+    # ---- ownership as the nodes report it
+
+    def reported_owners(self, node_ids: Sequence[str]) -> dict[str, set[str]]:
+        """domain -> the nodes whose Report lists URLs of it (rows of domains whose fence names the node)."""
+        owners: dict[str, set[str]] = {}
+        for node_id in node_ids:
+            for row in self.report(node_id)["dispositions"]:
+                owners.setdefault(identify(row["url"]).domain, set()).add(node_id)
+        return owners
+
+    def handoffs(self, node_id: str) -> dict[int, tuple[int, int, int]]:
+        """epoch -> (members, released, adopted) from the node's "ring epoch ..." log lines."""
+        return {int(m.group(1)): (int(m.group(2)), int(m.group(3)), int(m.group(4)))
+                for m in _HANDOFF_LINE.finditer(self.procs[node_id].log())}
+
+
+def _safe(fn: Callable[[], object]) -> object:
+    try:
+        return fn()
+    except Exception as e:  # for messages only
+        return repr(e)
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str, interval: float = 0.1) -> float:
+    """Poll until `predicate` holds; the seconds it took. AssertionError naming `what` after `timeout`."""
+    start = time.monotonic()
+    while not predicate():
+        if time.monotonic() - start > timeout:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+    return time.monotonic() - start
+
+
+# ============================================================================================== judging
+
+
+def single_owner(owners: dict[str, set[str]]) -> dict[str, str]:
+    """domain -> its one reporting node; AssertionError naming domains that two nodes report."""
+    doubled = {d: sorted(ns) for d, ns in owners.items() if len(ns) != 1}
+    assert not doubled, f"domains reported by more than one node: {doubled}"
+    return {d: next(iter(ns)) for d, ns in owners.items()}
+
+
+def redis_progress(judge: RedisStore) -> Counter[str]:
+    """Rows by state over every domain in Redis (the write script keeps these counters)."""
+    total: Counter[str] = Counter()
+    for domain in judge.all_domains():
+        total.update(judge.domain_counts(domain))
+    return total
+
+
+def journals(judge: RedisStore) -> dict[str, list[dict[str, Any]]]:
+    """fetch key -> its journal lines from every writer, in applied order (epoch, seq), from Redis."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for domain in sorted(judge.all_domains()):
+        for line in judge.export_domain(domain)["journal"]:
+            seq, run_id, key, attempt, generation, frm, event, to, at, *_ = line["entry"]
+            out.setdefault(key, []).append({"writer": line["writer"], "epoch": line["epoch"], "event": event,
+                                            "from": frm, "to": to, "gen": generation, "attempt": attempt, "at": at})
+    return out
+
+
+def key_for_resource(web: LocalWeb, oracle: Oracle, origin: str, resource: str) -> str:
+    """The fetch key (or robots item key) a server-side (origin, resource) was requested under."""
+    label = web.labels[origin]
+    if resource == "/robots.txt":
+        return ROBOTS_PREFIX + identify(web.url(label)).origin
+    for home, target in oracle.robots_redirects.items():
+        if target == (label, resource):
+            return ROBOTS_PREFIX + identify(web.url(home)).origin
+    return identify(origin + resource).fetch_key
+
+
+def unexplained_duplicates(web: LocalWeb, oracle: Oracle, lines: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """Resources the server served more often than once plus the recorded lease expiries of their key."""
+    bad = []
+    for origin, resource, n in web.duplicates(include_robots=True):
+        key = key_for_resource(web, oracle, origin, resource)
+        history = lines.get(key, [])
+        expiries = sum(1 for e in history if e["event"] == "expire")
+        if n > 1 + expiries:
+            bad.append(f"{origin}{resource} fetched {n}x with {expiries} lease expiries; journal of {key}: "
+                       + "; ".join(f"{e['writer']}@{e['epoch']} {e['event']} g{e['gen']}" for e in history))
+    return bad
+
+
+def web_and_oracle(seed: int, origins: int, pages: int) -> tuple[dict[str, Any], Oracle, int]:
+    """A generated web without slow corners: no 503 robots (Retry-After 60), no traps; every root a seed."""
+    model = random_model(seed, origins=origins, pages_per_origin=pages, unavailable_robots=0, trap_fraction=0.0,
+                         seeds=origins, user_agent=TOKEN)
+    return render_model(model, seed), oracle_for(model), needed_depth(model)
+
+
+def domains_of(web: LocalWeb) -> list[str]:
+    return sorted({identify(origin + "/").domain for origin in web.labels}, key=ipaddress.ip_address)
+
+
+# ============================================================================================== the big one
+
+ORIGINS = 32
+PAGES = 24
+DELAY_S = 0.3
+LEASE_S = 3.0
+HEARTBEAT_TIMEOUT_S = 2.0
+JOIN_AT = 0.15  # fraction of the expected requests served when the fourth node starts
+KILL_AT = 0.40  # ... and when a node is SIGKILLed (after the join has settled)
+CRAWL_TIMEOUT_S = 60.0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(200)
+def test_cluster_join_and_sigkill_during_crawl(cluster_redis: str, tmp_path: Path) -> None:
+    """3 nodes + 3 workers crawl 32 origins; a 4th node joins, later one node is SIGKILLed. Judged from the
+    server log (politeness, coverage), the Redis journals (every double fetch has a recorded lease expiry), the
+    nodes' own reports (only the domains the ring math moves have moved, and only to/from the changed node) and
+    `hostring status` (the new ring)."""
+    sites, oracle, depth = web_and_oracle(2024, ORIGINS, PAGES)
+    assert depth <= 18, "the generated web needs more than the nodes' default --max-depth"
+    expected_requests = len(oracle.reachable_allowed) + len(oracle.robots_fetches)
+    judge = RedisStore(redis.Redis.from_url(cluster_redis), node_id="test-judge", epoch=0)
+    with LocalWeb(sites) as web, Cluster(tmp_path, cluster_redis, heartbeat_timeout=HEARTBEAT_TIMEOUT_S,
+                                         delay=DELAY_S, lease_s=LEASE_S) as c:
+        c.hits_of = lambda: len(web.hits)
+        domains = domains_of(web)
+        assert len(domains) == ORIGINS
+        try:
+            _scenario(c, web, oracle, judge, domains, expected_requests)
+        except BaseException:
+            print(c.timeline_text())
+            print(c.logs())
+            raise
+        finally:
+            judge.client.close()
+        print(c.timeline_text())
+
+
+def _scenario(c: Cluster, web: LocalWeb, oracle: Oracle, judge: RedisStore, domains: list[str],
+              expected_requests: int) -> None:
+    def served() -> float:
+        return len(web.hits) / expected_requests
+
+    # ---- three nodes, seeded, three workers
+    c.start_coordinator()
+    c.start_nodes("n1", "n2", "n3")
+    ring3 = c.wait_settled({"n1", "n2", "n3"}, STARTUP_TIMEOUT_S)
+    c.note(f"ring settled: epoch {ring3.epoch}, {sorted(ring3.members)}")
+    c.seed(oracle.seed_urls(web))
+    c.start_workers("w1", "w2", "w3")
+    crawl_started = time.monotonic()
+
+    # ---- the fourth node joins
+    wait_for(lambda: served() >= JOIN_AT, CRAWL_TIMEOUT_S, f"{JOIN_AT:.0%} of the crawl")
+    ring_before_join = c.ring()
+    owners_before_join = single_owner(c.reported_owners(["n1", "n2", "n3"]))
+    assert set(owners_before_join) == set(domains), "every seeded domain is held by a node before the join"
+    for d, node in owners_before_join.items():
+        assert ring_before_join.owns(node, d), f"{d} reported by {node}, ring {ring_before_join} says otherwise"
+    c.note(f"n4 starting (ring epoch {ring_before_join.epoch})")
+    join_t0 = time.monotonic()
+    c.start_nodes("n4")
+    ring_after_join = c.wait_settled({"n1", "n2", "n3", "n4"}, 20.0)
+    c.note(f"join settled in {time.monotonic() - join_t0:.2f}s from process start: epoch {ring_after_join.epoch}")
+    owners_after_join = single_owner(c.reported_owners(["n1", "n2", "n3", "n4"]))
+    assert ring_after_join.epoch > ring_before_join.epoch
+
+    predicted = ring_before_join.moved(ring_after_join, domains)
+    observed = {d: (owners_before_join[d], owners_after_join.get(d)) for d in domains
+                if owners_before_join[d] != owners_after_join.get(d)}
+    c.note(f"join moved {len(observed)}/{len(domains)} domains: {sorted(Counter(observed.values()).items())}")
+    assert observed == predicted, f"moves as the nodes report them {observed} != the ring's {predicted}"
+    assert all(new == "n4" for _, new in observed.values()), f"a domain moved between old nodes: {observed}"
+    moved = len(observed) / len(domains)
+    assert 0.25 / 1.5 <= moved <= 0.25 * 1.5, f"moved fraction {moved:.3f} not within 1.5x of 1/4"
+    synthetic = [f"site{i}.example" for i in range(10_000)]
+    ring_moved = len(ring_before_join.moved(ring_after_join, synthetic)) / len(synthetic)
+    assert 0.25 / 1.5 <= ring_moved <= 0.25 * 1.5, f"ring math: {ring_moved:.3f} of 10k domains moved"
+    c.note(f"moved fraction {moved:.3f} of the web's domains, {ring_moved:.3f} of 10k synthetic ones")
+    # the nodes' own log lines agree
+    for node_id in ("n1", "n2", "n3", "n4"):
+        handoff = c.handoffs(node_id).get(ring_after_join.epoch)
+        assert handoff is not None, f"{node_id} logged no handoff for epoch {ring_after_join.epoch}"
+        released = sum(1 for old, _ in observed.values() if old == node_id)
+        adopted = sum(1 for _, new in observed.values() if new == node_id)
+        assert handoff[1:] == (released, adopted), f"{node_id} logged {handoff} for the join, expected " \
+                                                   f"released {released}, adopted {adopted}"
+    _check_status(c, ring_after_join, {"n1", "n2", "n3", "n4"})
+
+    # ---- one node is SIGKILLed while it has work
+    wait_for(lambda: served() >= KILL_AT, CRAWL_TIMEOUT_S, f"{KILL_AT:.0%} of the crawl")
+    work = {n: (s.queued + s.in_flight) for n in ("n1", "n2", "n3") for s in [c.stats(n)]}
+    victim = max(work, key=lambda n: (work[n], n))
+    assert work[victim] > 0, f"no old node has work left to lose at {KILL_AT:.0%}: {work}"
+    ring_before_kill = c.ring()
+    owners_before_kill = single_owner(c.reported_owners(["n1", "n2", "n3", "n4"]))
+    c.note(f"SIGKILL {victim} (queued+in flight {work})")
+    kill_t0 = time.monotonic()
+    c.procs[victim].stop(signal.SIGKILL)
+    left_after = wait_for(lambda: victim not in c.ring().members, HEARTBEAT_TIMEOUT_S + 8.0,
+                          f"{victim} to leave the ring", interval=0.05)
+    c.note(f"{victim} left the ring {left_after:.2f}s after the kill")
+    assert left_after >= HEARTBEAT_TIMEOUT_S / 2, f"{victim} left {left_after:.2f}s after the kill: before its " \
+                                                 f"heartbeat timeout of {HEARTBEAT_TIMEOUT_S}s could have passed"
+    survivors = {"n1", "n2", "n3", "n4"} - {victim}
+    ring_after_kill = c.wait_settled(survivors, 20.0)
+    c.note(f"survivors settled {time.monotonic() - kill_t0:.2f}s after the kill: epoch {ring_after_kill.epoch}")
+    owners_after_kill = single_owner(c.reported_owners(sorted(survivors)))
+    assert set(owners_after_kill) >= set(domains)
+    predicted = ring_before_kill.moved(ring_after_kill, domains)
+    observed = {d: (owners_before_kill[d], owners_after_kill[d]) for d in domains
+                if owners_before_kill[d] != owners_after_kill[d]}
+    c.note(f"kill moved {len(observed)} domains: {sorted(Counter(observed.values()).items())}")
+    between_survivors = {d: mv for d, mv in observed.items() if mv[0] in survivors}
+    assert not between_survivors, f"domains moved between surviving nodes: {between_survivors}"
+    assert observed == predicted, f"moves as the nodes report them {observed} != the ring's {predicted}"
+    assert {d for d, n in owners_before_kill.items() if n == victim} == set(observed)
+    _check_status(c, ring_after_kill, survivors)
+    assert ring_after_kill.epoch > ring_after_join.epoch
+
+    # ---- the crawl finishes
+    def finished() -> bool:
+        progress = redis_progress(judge)
+        if progress["scheduled"] or progress["leased"] or progress["retryable"]:
+            return False
+        return time.time() - max((h.end for h in web.hits), default=0.0) > 1.0
+
+    wait_for(finished, CRAWL_TIMEOUT_S, "Redis to show nothing scheduled, leased or retryable", interval=0.25)
+    c.note(f"crawl finished {time.monotonic() - crawl_started:.2f}s after the workers started: "
+           f"Redis rows by state {dict(redis_progress(judge))}")
+
+    def nodes_idle() -> bool:
+        stats = [c.stats(n) for n in sorted(survivors)]
+        return all(s.queued == 0 and s.in_flight == 0 and not s.urls_by_state.get("retryable") for s in stats)
+
+    try:
+        wait_for(nodes_idle, 5.0, "every node's Stats to show nothing queued, in flight or retryable")
+    except AssertionError:
+        raise AssertionError("Redis says the crawl is over but the nodes' Stats disagree: " + "; ".join(
+            f"{n}: queued {s.queued}, in flight {s.in_flight}, by state {dict(s.urls_by_state)}"
+            for n in sorted(survivors) for s in [c.stats(n)])) from None
+    for wid in ("w1", "w2", "w3"):
+        c.procs[wid].stop(signal.SIGTERM, timeout=5.0)
+    c.note("workers stopped")
+
+    # ---- judged from the server log
+    for label in web.origins:
+        assert web.max_concurrency(label) <= 1, f"{label} saw {web.max_concurrency(label)} requests at once"
+    violations = {label: v for label in web.origins if (v := politeness_violations(web, label, DELAY_S))}
+    assert not violations, f"politeness violated: {violations}"
+    verdict = oracle.judge(web.fetched())
+    assert verdict["missing"] == set(), f"{len(verdict['missing'])} reachable allowed pages never fetched"
+    assert verdict["forbidden"] == set(), "pages robots forbid were fetched"
+    assert verdict["unexpected"] == set(), "pages a correct crawler never reaches were fetched"
+
+    # ---- ... and from the journals in Redis
+    lines = journals(judge)
+    bad = unexplained_duplicates(web, oracle, lines)
+    assert not bad, "fetched more than once without a recorded lease expiry:\n" + "\n".join(bad)
+    expiries = sum(1 for hist in lines.values() for e in hist if e["event"] == "expire")
+    c.note(f"{len(web.hits)} requests, {len(web.duplicates(include_robots=True))} resources fetched twice, "
+           f"{expiries} lease expiries journaled")
+    # every domain's fence names its owner in the final ring, and its URLs live on that node only
+    for d in domains:
+        fence = judge.fence(d)
+        assert fence is not None and fence[0] == ring_after_kill.owner(d).node_id, (d, fence)  # type: ignore[union-attr]
+    final = single_owner(c.reported_owners(sorted(survivors)))
+    assert all(ring_after_kill.owns(n, d) for d, n in final.items()), final
+
+
+def _check_status(c: Cluster, ring: Ring, members: set[str]) -> None:
+    """`hostring status` (text and --json) shows `ring`: its epoch, its members, each at that epoch."""
+    text, js = c.status()
+    assert f"ring epoch {ring.epoch}, {len(members)} node(s)" in text, text
+    for node_id in members:
+        assert re.search(rf"^{node_id}\s+{re.escape(c.addresses[node_id])}\s", text, re.M), text
+    assert js["ring_epoch"] == ring.epoch, js
+    rows = {row["node"]: row for row in js["nodes"]}
+    assert set(rows) == members, js
+    for node_id, row in rows.items():
+        assert "error" not in row and row["epoch"] == ring.epoch, row
+    assert sum(row["domains"] for row in rows.values()) >= 1
+    c.note(f"hostring status: epoch {ring.epoch}, " + ", ".join(
+        f"{n} {rows[n]['domains']} domains/{rows[n]['queued']} queued" for n in sorted(rows)))
+
+
+# ============================================================================================== two nodes
+
+
+@pytest.mark.timeout(120)
+def test_two_nodes_route_links_to_owners(cluster_redis: str, tmp_path: Path) -> None:
+    """2 nodes + 1 worker, 8 origins linking across each other: every page fetched exactly once, every domain's
+    URLs on its ring owner only (node reports and Redis fences), robots files once per origin."""
+    sites, oracle, depth = web_and_oracle(7, 8, 6)
+    assert depth <= 18
+    judge = RedisStore(redis.Redis.from_url(cluster_redis), node_id="test-judge", epoch=0)
+    with LocalWeb(sites) as web, Cluster(tmp_path, cluster_redis, heartbeat_timeout=5.0, delay=0.05,
+                                         lease_s=30.0) as c:
+        c.hits_of = lambda: len(web.hits)
+        try:
+            domains = domains_of(web)
+            c.start_coordinator()
+            c.start_nodes("n1", "n2")
+            ring = c.wait_settled({"n1", "n2"}, STARTUP_TIMEOUT_S)
+            by_owner = Counter(ring.owner(d).node_id for d in domains)  # type: ignore[union-attr]
+            assert set(by_owner) == {"n1", "n2"}, f"the ring gives every origin to one node: {by_owner}"
+            c.seed(oracle.seed_urls(web))
+            c.start_workers("w1")
+
+            def finished() -> bool:
+                progress = redis_progress(judge)
+                idle = not (progress["scheduled"] or progress["leased"] or progress["retryable"])
+                return idle and time.time() - max((h.end for h in web.hits), default=0.0) > 0.5
+
+            wait_for(finished, 60.0, "the crawl to finish", interval=0.2)
+            c.note(f"crawl finished; Redis rows by state {dict(redis_progress(judge))}")
+            assert c.ring().epoch == ring.epoch, "membership changed during the crawl"
+
+            verdict = oracle.judge(web.fetched())
+            assert verdict["missing"] == set(), f"never fetched: {sorted(verdict['missing'])[:10]}"
+            assert verdict["forbidden"] == set() and verdict["unexpected"] == set(), verdict
+            assert web.duplicates(include_robots=True) == [], "fetched more than once (robots files included)"
+            for label in web.origins:
+                assert politeness_violations(web, label, 0.05) == [], label
+
+            owners = c.reported_owners(["n1", "n2"])
+            assert set(owners) >= set(domains)
+            for d, nodes in owners.items():
+                assert nodes == {ring.owner(d).node_id}, f"{d} reported by {sorted(nodes)}"  # type: ignore[union-attr]
+            keys: dict[str, str] = {}
+            for node_id in ("n1", "n2"):
+                for row in c.report(node_id)["dispositions"]:
+                    assert row["key"] not in keys, f"{row['key']} on {keys.get(row['key'])} and {node_id}"
+                    keys[row["key"]] = node_id
+            for d in domains:
+                fence = judge.fence(d)
+                assert fence is not None and fence[0] == ring.owner(d).node_id, (d, fence)  # type: ignore[union-attr]
+            lines = journals(judge)
+            writers = {d: set() for d in domains}  # type: dict[str, set[str]]
+            for key, hist in lines.items():
+                d = identify(key.removeprefix(ROBOTS_PREFIX)).domain
+                writers.setdefault(d, set()).update(e["writer"] for e in hist)
+            for d in domains:
+                assert writers[d] == {ring.owner(d).node_id}, f"{d} journaled by {writers[d]}"  # type: ignore[union-attr]
+            fetched = sum(1 for hist in lines.values() for e in hist if e["event"] == "complete")
+            c.note(f"{len(web.hits)} requests, {fetched} completions journaled, domains per node {dict(by_owner)}")
+        except BaseException:
+            print(c.timeline_text())
+            print(c.logs())
+            raise
+        finally:
+            judge.client.close()
+        print(c.timeline_text())
