@@ -350,6 +350,20 @@ def test_failed_flush_commits_nothing(tmp_path: Path) -> None:
         store.close()  # the buffers were kept, so close() reports the same failure rather than losing them
 
 
+def test_nan_times_are_refused_at_the_call(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "node.sqlite3")
+    try:
+        it = make_item("https://h.test/a", "h.test", 0, 1, due_at=float("nan"))
+        with pytest.raises(ValueError, match="NaN"):
+            store.record(make_entry(1, it.key, "leased", "retry", "retryable"), it)
+        with pytest.raises(ValueError, match="NaN"):
+            store.note(make_entry(1, it.key, "leased", "late_evidence", "leased", at=float("nan")))
+        store.flush()  # nothing poisoned the buffers
+        assert list(store.journal()) == []
+    finally:
+        store.close()
+
+
 def test_set_meta_refuses_the_schema_key(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "node.sqlite3")
     try:

@@ -128,11 +128,20 @@ def _item_row(item: Item) -> _ItemRow:
         state = _STATE_TEXT[item.state]
     except KeyError as exc:
         raise ValueError(f"item {item.key!r}: invalid kind {item.kind!r} or state {item.state!r}") from exc
+    if item.deadline != item.deadline or item.due_at != item.due_at:
+        # SQLite stores NaN as NULL: refuse here rather than let every later flush fail on the NOT NULL column.
+        raise ValueError(f"item {item.key!r}: NaN deadline or due_at")
     return (
         item.key, item.url, item.host, item.origin, item.domain, kind, item.depth, item.priority, item.seq,
         item.redirect_hops, state, item.attempt, item.generation, item.reason, item.deadline, item.due_at,
         item.status, item.etag, item.last_modified, item.evidence, item.digest, item.source,
     )  # fmt: skip
+
+
+def _check_entry(entry: Entry) -> None:
+    """Refuse a NaN time now: SQLite would store NULL and every later flush would fail on NOT NULL."""
+    if entry.at != entry.at:
+        raise ValueError(f"journal line {entry.seq} of {entry.key!r}: NaN time")
 
 
 def _row_item(r: _ItemRow) -> Item:
@@ -224,6 +233,7 @@ class SqliteStore:
     def record(self, entry: Entry, item: Item) -> None:
         """Buffer one journal line and the item's row as it stands after it (the last row per key wins)."""
         row = _item_row(item)
+        _check_entry(entry)
         with self._lock:
             self._journal.append(tuple(entry))
             self._rows[item.key] = row
@@ -232,6 +242,7 @@ class SqliteStore:
 
     def note(self, entry: Entry) -> None:
         """Buffer a journal line that changes no row."""
+        _check_entry(entry)
         with self._lock:
             self._journal.append(tuple(entry))
             if self.batch_rows > 0 and len(self._journal) + len(self._rows) >= self.batch_rows:
