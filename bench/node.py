@@ -7,7 +7,7 @@
    two thirds of them duplicates, half of those spelled differently (upper-case scheme and host, `:80`,
    `utm_source`, a fragment) so dedup has to happen on the normalized fetch key.
 2. Lease+Complete URLs/s through gRPC with 10k ready hosts: robots items first (leased, completed 404, not
-   timed), then Lease(max_items=256) and one Complete per item, the Completes of a batch in flight at once.
+   timed), then Lease(max_items=256) and one CompleteBatch per lease, as a busy worker coalesces them.
 3. The same two figures for the core in process (Frontier on SqliteStore, flushing after every call as the
    gRPC shell does; and Frontier on MemoryStore), no gRPC; and Lease+Complete with one commit per Lease batch
    of completions, the ceiling a batched Complete RPC would lift the gRPC figure towards.
@@ -106,7 +106,7 @@ class Workload:
             discover_client=f"{self.grpc_streams} client threads, each one Discover in flight, requests "
             "serialized before the clock starts",
             lease_client=f"{self.grpc_streams} client threads, each Lease(max_items={self.lease_batch}) then one "
-            "Complete per item, all Completes of the batch in flight at once (futures); outcome 200 with a "
+            "CompleteBatch with every item of the lease (as a busy worker coalesces them); outcome 200 with a "
             "unique body digest and simhash, no links; robots items completed 404 before the clock starts",
             core="Frontier in this process, WallClock; SqliteStore flushed after every discover/lease/complete "
             "call (as the gRPC shell does); MemoryStore is the reference backend (copies each row)",
@@ -433,9 +433,10 @@ def grpc_lease_complete(node: NodeProcess, hosts: int, w: Workload) -> dict[str,
             items = stub.Lease(pb.LeaseRequest(worker_id=worker, max_items=w.lease_batch), timeout=RPC_TIMEOUT_S).items
             if not items:
                 return
-            futures = [stub.Complete.future(_complete_request(it, next(seq)), timeout=RPC_TIMEOUT_S) for it in items]
-            for it, f in zip(items, futures, strict=True):
-                if not f.result().accepted:
+            batch = pb.CompleteBatchRequest(completions=[_complete_request(it, next(seq)) for it in items])
+            results = stub.CompleteBatch(batch, timeout=RPC_TIMEOUT_S).results
+            for it, r in zip(items, results, strict=True):
+                if not r.accepted:
                     raise RuntimeError(f"Complete of {it.fetch_key} refused")
             with lock:
                 done[0] += len(items)

@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from coordinator.cluster_cli import add_cluster_commands
+import grpc
+
+from coordinator.cluster_cli import add_cluster_commands, add_tls_flags, add_token_flag, tls_from, token_from
 from frontier_node.core.config import BudgetConfig, FrontierConfig, PolitenessConfig, RetryConfig
 from frontier_node.core.robots import RobotsPolicy
+from hostring import logs
 
 if TYPE_CHECKING:
     from coordinator.crawl import CrawlOptions
 
 DEFAULT_USER_AGENT = "hostring/0.1 (+https://github.com/hostring/hostring)"
+_MAX_REPORT_BYTES = 1 << 30  # a Report with every identity's row outgrows gRPC's 4 MiB default quickly
 
 
 def _politeness_flags(p: argparse.ArgumentParser) -> None:
@@ -118,6 +121,7 @@ def cmd_node(args: argparse.Namespace) -> int:
 
     if args.scope == "list" and not args.scope_file:
         raise SystemExit("hostring: --scope list needs --scope-file")
+    logs.bind(role="node", node=args.id)
     try:
         node = start_node(
             args.store,
@@ -129,10 +133,15 @@ def cmd_node(args: argparse.Namespace) -> int:
             advertise=args.advertise,
             weight=args.weight,
             metrics_port=args.metrics_port,
+            tls=tls_from(args),
+            admin_token=token_from(args),
         )
     except ValueError as e:
         raise SystemExit(f"hostring: {e}") from e
-    print(f"hostring node {args.id} listening on port {node.port} (store {args.store})", flush=True)
+    frontier = node.service.frontier
+    logs.set_run_id_getter(lambda: frontier.run_id)
+    metrics = f", metrics on port {node.metrics_port}" if node.metrics_port is not None else ""
+    print(f"hostring node {args.id} listening on port {node.port} (store {args.store}{metrics})", flush=True)
     serve_forever(node)
     return 0
 
@@ -168,6 +177,7 @@ def _crawl_options(args: argparse.Namespace, seeds: list[str], out: str) -> Craw
         total_timeout_s=args.fetch_timeout,
         max_bytes=args.max_response_bytes,
         metrics_port=args.metrics_port,
+        log_format=logs.resolve_format(args.log_format),
         node_args=[
             "--max-attempts",
             str(args.max_attempts),
@@ -201,15 +211,37 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    import grpc
+    """The coverage report: live from a node (Report RPC) or reconciled offline from a crawl's SQLite store."""
+    from coordinator.crawl import summarize
 
-    from hostring.v1 import frontier_pb2 as pb
-    from hostring.v1 import frontier_pb2_grpc as pb_grpc
+    if args.store:
+        from frontier_node.offline_report import StoreReadError, store_path, store_report
 
-    with grpc.insecure_channel(args.node) as channel:
-        report = json.loads(pb_grpc.FrontierStub(channel).Report(pb.ReportRequest(), timeout=args.timeout).json)
-    json.dump(report, sys.stdout, indent=2, sort_keys=True)
-    print()
+        try:
+            report = store_report(store_path(args.store), dispositions=args.dispositions)
+        except StoreReadError as e:
+            raise SystemExit(f"hostring: {e}") from e
+    else:
+        from hostring.v1 import frontier_pb2 as pb
+        from hostring.v1 import frontier_pb2_grpc as pb_grpc
+
+        options = [("grpc.max_receive_message_length", _MAX_REPORT_BYTES)]
+        with tls_from(args).channel(args.node, options) as channel:
+            resp = pb_grpc.FrontierStub(channel).Report(  # type: ignore[no-untyped-call]
+                pb.ReportRequest(dispositions=args.dispositions), timeout=args.timeout)
+        report = json.loads(resp.json)
+    if args.json or args.dispositions:
+        json.dump(report, sys.stdout, indent=2, sort_keys=True)
+        print()
+        return 0
+    print(summarize({"suppressed_by_rule": [], **report}))  # an offline report has no budget counters
+    if "attempts" in report:
+        a = report["attempts"]
+        spread = ", ".join(f"{n} lease(s): {c}" for n, c in a["leases_per_identity"].items())
+        print(f"  attempts: {spread or 'none'}; leased more than once: {a['leased_more_than_once']}")
+        j = report["journal"]
+        print(f"  journal: {j['entries']} entries; items disagreeing with their last entry: {j['disagreeing_items']}")
+        print(f"  not in the store (ask a live node): {', '.join(report['not_in_store'])}")
     return 0
 
 
@@ -219,6 +251,13 @@ def build_parser() -> argparse.ArgumentParser:
         description="A distributed, polite web-crawl frontier. Run `hostring COMMAND --help` for each command.",
     )
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.add_argument(
+        "--log-format",
+        default="auto",
+        choices=logs.FORMATS,
+        help="text lines, or one JSON object per line (ts, level, logger, msg, run_id, node/worker); "
+        "auto: text on a terminal, JSON otherwise (default: %(default)s)",
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     node = sub.add_parser(
@@ -255,6 +294,8 @@ def build_parser() -> argparse.ArgumentParser:
         "hosts/domains of --scope-file (default: %(default)s)",
     )
     node.add_argument("--scope-file", metavar="FILE", help="hosts or registrable domains, one per line")
+    add_token_flag(node, server=True)
+    add_tls_flags(node, server=True)
     _politeness_flags(node)
     node.set_defaults(func=cmd_node)
 
@@ -330,20 +371,44 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_cluster_commands(sub, DEFAULT_USER_AGENT)
 
-    report = sub.add_parser("report", help="print a node's coverage report as JSON")
-    report.add_argument("--node", default="127.0.0.1:50051", metavar="HOST:PORT")
+    report = sub.add_parser(
+        "report",
+        help="a crawl's coverage report: from a running node, or from a crawl's store",
+        description="Reconcile a crawl: final disposition per admitted identity, counts by state and reason, "
+        "robots denials, failures, unresolved work. --node asks a running node; --store reads a finished (or "
+        "running) crawl's SQLite file read-only and adds the attempts behind each identity from the journal. "
+        "A summary by default; --json for the whole report, --dispositions adds every identity's row.",
+    )
+    source = report.add_mutually_exclusive_group()
+    source.add_argument("--node", default="127.0.0.1:50051", metavar="HOST:PORT",
+                        help="a running node (default: %(default)s)")
+    source.add_argument("--store", metavar="sqlite:///PATH", help="a crawl's store, e.g. sqlite:///OUT/frontier.sqlite3")
+    report.add_argument("--json", action="store_true", help="the whole report as JSON instead of a summary")
+    report.add_argument("--dispositions", action="store_true",
+                        help="JSON with one row per admitted identity as well (state, reason, attempts; large)")
     report.add_argument("--timeout", type=float, default=30.0)
+    add_tls_flags(report, server=False)
     report.set_defaults(func=cmd_report)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    for chatty in ("httpx", "httpcore"):
-        logging.getLogger(chatty).setLevel(max(logging.WARNING, logging.getLogger().level))
-    result: int = args.func(args)
+    logs.setup_logging(args.log_level, json=logs.resolve_format(args.log_format) == "json")
+    try:
+        result: int = args.func(args)
+    except grpc.RpcError as e:  # a refused or failed call: one line with the status, not a traceback
+        print(f"hostring: {_rpc_failure(e)}", file=sys.stderr)
+        return 1
     return result
+
+
+def _rpc_failure(e: grpc.RpcError) -> str:
+    """'CODE: details' of a failed call (grpc.Call errors carry both; a bare RpcError only its text)."""
+    code, details = getattr(e, "code", None), getattr(e, "details", None)
+    if callable(code) and callable(details):
+        return f"{code().name}: {details()}"
+    return f"RPC failed: {e}"
 
 
 if __name__ == "__main__":

@@ -1,34 +1,95 @@
-"""The cluster commands of `hostring`: coordinator, worker, status and seed (node lives in cli.py)."""
+"""The cluster commands of `hostring`: coordinator, worker, status, seed and hosts (node lives in cli.py).
+
+Every command that opens a gRPC connection takes `--tls-cert/--tls-key/--tls-ca` and builds its channels through
+`hostring.security.TlsConfig`, so a process talks to a TLS cluster exactly as the cluster talks to itself.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
 import grpc
 
+from hostring import logs
+from hostring.security import SecurityConfigError, TlsConfig, admin_metadata, load_admin_token
 from hostring.v1 import coordinator_pb2 as cpb
 from hostring.v1 import coordinator_pb2_grpc as cpb_grpc
 from hostring.v1 import frontier_pb2 as pb
 from hostring.v1 import frontier_pb2_grpc as pb_grpc
 
+# ---------------------------------------------------------------------------------------------- shared flags
+
+
+def add_tls_flags(p: argparse.ArgumentParser, *, server: bool) -> None:
+    """--tls-cert/--tls-key/--tls-ca, worded for a server (which also dials out) or a client only."""
+    g = p.add_argument_group("TLS (all three are PEM files; without them gRPC is plaintext)")
+    if server:
+        g.add_argument("--tls-cert", metavar="PEM", help="this process's certificate chain: serve TLS, and present "
+                       "it to the coordinator/nodes it connects to")
+        g.add_argument("--tls-key", metavar="PEM", help="the private key of --tls-cert")
+        g.add_argument("--tls-ca", metavar="PEM", help="CA bundle: verify servers, and require and verify client "
+                       "certificates (mutual TLS)")
+    else:
+        g.add_argument("--tls-cert", metavar="PEM", help="client certificate chain (for servers that use mutual TLS)")
+        g.add_argument("--tls-key", metavar="PEM", help="the private key of --tls-cert")
+        g.add_argument("--tls-ca", metavar="PEM", help="CA bundle that signed the servers' certificates "
+                       "(default: the system's roots)")
+
+
+def add_token_flag(p: argparse.ArgumentParser, *, server: bool) -> None:
+    """--admin-token-file: the token a server checks on administrative calls, or the one a client sends."""
+    what = ("require this bearer token on administrative calls (and send it to the coordinator)" if server
+            else "send this bearer token on administrative calls")
+    p.add_argument("--admin-token-file", metavar="PATH",
+                   help=f"{what}; default: $HOSTRING_ADMIN_TOKEN. Without a token administrative calls are open.")
+
+
+def tls_from(args: argparse.Namespace) -> TlsConfig:
+    """The process's TlsConfig from its flags; a clear exit for unreadable or incomplete settings."""
+    try:
+        return TlsConfig.from_args(args)
+    except SecurityConfigError as e:
+        raise SystemExit(f"hostring: {e}") from e
+
+
+def token_from(args: argparse.Namespace) -> str | None:
+    """The admin token from --admin-token-file or $HOSTRING_ADMIN_TOKEN (None when neither is set)."""
+    try:
+        return load_admin_token(getattr(args, "admin_token_file", None))
+    except SecurityConfigError as e:
+        raise SystemExit(f"hostring: {e}") from e
+
+
+# ---------------------------------------------------------------------------------------------- processes
+
 
 def cmd_coordinator(args: argparse.Namespace) -> int:
     from coordinator.server import serve_forever, start_coordinator
 
-    coord = start_coordinator(args.listen, redis_url=args.redis or None, heartbeat_timeout_s=args.heartbeat_timeout)
+    tls = tls_from(args)
+    logs.bind(role="coordinator")
+    coord = start_coordinator(args.listen, redis_url=args.redis or None, heartbeat_timeout_s=args.heartbeat_timeout,
+                              tls=tls, admin_token=token_from(args))
+    metrics = ""
     if args.metrics_port is not None:
         from coordinator.metrics import coordinator_registry
         from hostring.metrics import serve_metrics
 
-        serve_metrics(args.metrics_port, coordinator_registry(coord.service.membership, coord._redis), args.listen)
+        bound = serve_metrics(args.metrics_port, coordinator_registry(coord.service.membership, coord._redis),
+                              args.listen)
+        metrics = f", metrics on port {bound}"
     print(
         f"hostring coordinator listening on port {coord.port}"
-        f" ({'membership in ' + args.redis if args.redis else 'membership in memory'})",
+        f" ({'membership in ' + args.redis if args.redis else 'membership in memory'}{metrics})",
         flush=True,
     )
     serve_forever(coord)
@@ -37,31 +98,38 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     from fetch_worker.fetch import Fetcher, FetchLimits
+    from fetch_worker.metrics import WorkerMetrics
     from fetch_worker.netpolicy import NetworkPolicy
     from fetch_worker.warc import WarcWriter
     from fetch_worker.worker import Worker
     from hostring.membership import RingWatcher
+    from hostring.metrics import serve_metrics
 
     try:
         policy = NetworkPolicy(args.allow_network)
     except ValueError as e:
         raise SystemExit(f"hostring: --allow-network: {e}") from e
+    tls = tls_from(args)
 
     async def run() -> None:
-        watcher = RingWatcher(args.coordinator)
+        watcher = RingWatcher(args.coordinator, tls=tls)
         await watcher.start(timeout=args.connect_timeout)
         limits = FetchLimits(total_timeout_s=args.fetch_timeout)
         fetcher = Fetcher(policy, args.user_agent, limits, max_connections=args.fetchers)
         warc = WarcWriter(Path(args.out), prefix=f"hostring-{args.id or 'worker'}") if args.out else None
         token = args.user_agent.split("/")[0].split()[0]
-        worker = Worker(
-            watcher, fetcher, warc=warc, worker_id=args.id, max_in_flight=args.fetchers, product_token=token
-        )
+        metrics = WorkerMetrics() if args.metrics_port is not None else None
+        worker = Worker(watcher, fetcher, warc=warc, worker_id=args.id, max_in_flight=args.fetchers,
+                        product_token=token, metrics=metrics)
+        logs.bind(role="worker", worker=worker.worker_id)
+        announce = ""
+        if metrics is not None:
+            announce = f", metrics on port {serve_metrics(args.metrics_port, metrics.registry)}"
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        print(f"hostring worker {worker.worker_id} leasing from ring epoch {watcher.ring.epoch}", flush=True)
+        print(f"hostring worker {worker.worker_id} leasing from ring epoch {watcher.ring.epoch}{announce}", flush=True)
         try:
             await worker.run(stop, until_drained=args.until_drained, grace_s=args.grace)
         finally:
@@ -72,18 +140,22 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return 0
 
 
-def _ring(coordinator: str, timeout: float) -> cpb.RingState:
-    with grpc.insecure_channel(coordinator) as channel:
+# ---------------------------------------------------------------------------------------------- status and seed
+
+
+def _ring(coordinator: str, timeout: float, tls: TlsConfig) -> cpb.RingState:
+    with tls.channel(coordinator) as channel:
         return cpb_grpc.CoordinatorStub(channel).GetRing(cpb.GetRingRequest(), timeout=timeout)  # type: ignore[no-untyped-call]
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    ring = _ring(args.coordinator, args.timeout)
+    tls = tls_from(args)
+    ring = _ring(args.coordinator, args.timeout, tls)
     rows = []
     for m in ring.members:
         row = {"node": m.node_id, "address": m.address, "weight": m.weight, "healthy": m.healthy}
         try:
-            with grpc.insecure_channel(m.address) as channel:
+            with tls.channel(m.address) as channel:
                 s = pb_grpc.FrontierStub(channel).Stats(pb.StatsRequest(), timeout=args.timeout)  # type: ignore[no-untyped-call]
             row.update(
                 epoch=s.ring_epoch,
@@ -131,9 +203,10 @@ def cmd_seed(args: argparse.Namespace) -> int:
     if not seeds:
         print("hostring: give URLs or --file", file=sys.stderr)
         return 2
+    tls = tls_from(args)
 
     async def run() -> int:
-        watcher = RingWatcher(args.coordinator)
+        watcher = RingWatcher(args.coordinator, tls=tls)
         await watcher.start(timeout=args.timeout)
         clients = NodeClients(watcher, worker_id="seed")
         try:
@@ -150,8 +223,213 @@ def cmd_seed(args: argparse.Namespace) -> int:
     return asyncio.run(run())
 
 
+# ---------------------------------------------------------------------------------------------- hosts
+
+
+def _host_name(text: str) -> str:
+    """A host as the frontier keys it (lower case, no trailing dot); a URL is accepted for convenience."""
+    if "://" in text:
+        text = urlsplit(text).hostname or ""
+    host = text.strip().lower().rstrip(".")
+    if not host:
+        raise SystemExit(f"hostring: not a host name: {text!r}")
+    return host
+
+
+def _host_row(info: pb.HostInfo, node: str) -> dict[str, Any]:
+    row: dict[str, Any] = {f.name: getattr(info, f.name) for f in info.DESCRIPTOR.fields}
+    row["node"] = node
+    row["next_eligible_s"] = max(0.0, row["next_eligible_s"])  # <= 0 means ready; the raw figure is meaningless
+    return row
+
+
+def _node_for(args: argparse.Namespace, tls: TlsConfig, host: str | None) -> list[str]:
+    """The node(s) to ask: --node, else via the coordinator's ring the owner of `host`'s domain (or every node)."""
+    if args.node:
+        return [args.node]
+    if not args.coordinator:
+        raise SystemExit("hostring: give --node ADDR or --coordinator ADDR")
+    from hostring.domains import registrable_domain
+    from hostring.membership import ring_from_proto
+
+    ring = ring_from_proto(_ring(args.coordinator, args.timeout, tls))
+    if host is None:
+        return [m.address for m in ring.members.values()]
+    owner = ring.owner(registrable_domain(host))
+    if owner is None:
+        raise SystemExit(f"hostring: the ring (epoch {ring.epoch}) has no nodes")
+    return [owner.address]
+
+
+@contextlib.contextmanager
+def _frontier(tls: TlsConfig, address: str) -> Iterator[pb_grpc.FrontierStub]:
+    """A Frontier stub on a channel closed when the block ends."""
+    with tls.channel(address) as channel:
+        yield pb_grpc.FrontierStub(channel)  # type: ignore[no-untyped-call]
+
+
+def _fmt_next(seconds: float) -> str:
+    return "ready" if seconds <= 0 else f"{seconds:.1f}"
+
+
+def print_hosts(rows: list[dict[str, Any]], *, with_node: bool) -> None:
+    """The host table of `hostring hosts list`."""
+    width = max([len("host"), *(len(r["host"]) for r in rows)])
+    node = f" {'node':<21}" if with_node else ""
+    print(f"{'host':<{width}}{node} {'queued':>7} {'flight':>6} {'conc':>4} {'delay s':>7} {'backoff':>7} "
+          f"{'next s':>7} {'paused':>6} {'fetched':>7} {'errors':>6}")
+    for r in rows:
+        node = f" {r['node']:<21}" if with_node else ""
+        print(f"{r['host']:<{width}}{node} {r['queued']:>7} {r['in_flight']:>6} {r['concurrency']:>4} "
+              f"{r['delay_s']:>7.2f} {r['backoff']:>7.2f} {_fmt_next(r['next_eligible_s']):>7} "
+              f"{'yes' if r['paused'] else 'no':>6} {r['fetched']:>7} {r['errors']:>6}")
+
+
+def print_host(r: dict[str, Any]) -> None:
+    """One host, field by field (`hostring hosts show`, and after pause/resume/policy)."""
+    lines = [
+        ("host", r["host"]),
+        ("domain", r["domain"]),
+        ("node", r["node"]),
+        ("queued", r["queued"]),
+        ("in flight", f"{r['in_flight']} of {r['concurrency']}"),
+        ("delay", f"{r['delay_s']:.2f} s (minimum {r['min_delay_s']:.2f} s, backoff x{r['backoff']:.2f})"),
+        ("next request", "ready now" if r["next_eligible_s"] <= 0 else f"in {r['next_eligible_s']:.2f} s"),
+        ("paused", "yes" if r["paused"] else "no"),
+        ("fetched", r["fetched"]),
+        ("errors", r["errors"]),
+    ]
+    for name, value in lines:
+        print(f"{name:<13} {value}")
+    for i, robots in enumerate(r["robots"].split("; ") if r["robots"] else ["unknown"]):
+        print(f"{'robots' if i == 0 else '':<13} {robots}")
+
+
+def _emit(args: argparse.Namespace, row: dict[str, Any]) -> None:
+    if args.json:
+        json.dump(row, sys.stdout, indent=2, sort_keys=True)
+        print()
+    else:
+        print_host(row)
+
+
+def cmd_hosts_list(args: argparse.Namespace) -> int:
+    tls = tls_from(args)
+    rows: list[dict[str, Any]] = []
+    for address in _node_for(args, tls, None):
+        with _frontier(tls, address) as stub:
+            resp = stub.ListHosts(pb.ListHostsRequest(limit=args.limit, only_with_work=args.with_work),
+                                  timeout=args.timeout)
+            rows += [_host_row(h, address) for h in resp.hosts]
+    rows.sort(key=lambda r: (-r["queued"], r["host"]))
+    rows = rows[: args.limit]
+    if args.json:
+        json.dump({"hosts": rows}, sys.stdout, indent=2, sort_keys=True)
+        print()
+        return 0
+    if not rows:
+        print("no hosts" + (" with work" if args.with_work else ""))
+        return 0
+    print_hosts(rows, with_node=not args.node)
+    return 0
+
+
+def cmd_hosts_show(args: argparse.Namespace) -> int:
+    tls = tls_from(args)
+    host = _host_name(args.host)
+    (address,) = _node_for(args, tls, host)
+    with _frontier(tls, address) as stub:
+        _emit(args, _host_row(stub.GetHost(pb.GetHostRequest(host=host), timeout=args.timeout), address))
+    return 0
+
+
+def _admin_call(args: argparse.Namespace, method: str, request: Any) -> int:
+    tls = tls_from(args)
+    metadata = admin_metadata(token_from(args))
+    (address,) = _node_for(args, tls, request.host)
+    with _frontier(tls, address) as stub:
+        info = getattr(stub, method)(request, timeout=args.timeout, metadata=metadata)
+        _emit(args, _host_row(info, address))
+    return 0
+
+
+def cmd_hosts_pause(args: argparse.Namespace) -> int:
+    return _admin_call(args, "PauseHost", pb.PauseHostRequest(host=_host_name(args.host), paused=True))
+
+
+def cmd_hosts_resume(args: argparse.Namespace) -> int:
+    return _admin_call(args, "PauseHost", pb.PauseHostRequest(host=_host_name(args.host), paused=False))
+
+
+def cmd_hosts_policy(args: argparse.Namespace) -> int:
+    if args.delay is None and args.concurrency is None:
+        raise SystemExit("hostring: hosts policy: give --delay and/or --concurrency")
+    if args.delay is not None and args.delay < 0:
+        raise SystemExit("hostring: --delay must be >= 0")
+    if args.concurrency is not None and args.concurrency < 1:
+        raise SystemExit("hostring: --concurrency must be >= 1")
+    request = pb.SetHostPolicyRequest(
+        host=_host_name(args.host),
+        min_delay_s=args.delay if args.delay is not None else -1.0,  # negative: unchanged
+        concurrency=args.concurrency or 0,  # 0: unchanged
+    )
+    return _admin_call(args, "SetHostPolicy", request)
+
+
+def _add_hosts_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    hosts = sub.add_parser(
+        "hosts",
+        help="list, inspect, pause, resume hosts and set their politeness",
+        description="Inspect and steer the hosts a frontier node schedules. Ask one node with --node, or give "
+        "--coordinator and the command asks the node owning the host's registrable domain (list asks every "
+        "node). pause, resume and policy are administrative calls: they send the admin token "
+        "($HOSTRING_ADMIN_TOKEN or --admin-token-file).",
+    )
+    verbs = hosts.add_subparsers(dest="hosts_command", required=True, metavar="VERB")
+
+    def common(p: argparse.ArgumentParser, *, admin: bool = False) -> None:
+        where = p.add_mutually_exclusive_group(required=True)
+        where.add_argument("--node", metavar="ADDR", help="the frontier node to ask")
+        where.add_argument("--coordinator", metavar="ADDR", help="find the owning node(s) through this coordinator")
+        p.add_argument("--json", action="store_true", help="JSON instead of a table")
+        p.add_argument("--timeout", type=float, default=10.0, metavar="S")
+        add_tls_flags(p, server=False)
+        if admin:
+            add_token_flag(p, server=False)
+
+    ls = verbs.add_parser("list", help="hosts by queue depth", description="Hosts, deepest queue first.")
+    ls.add_argument("--limit", type=int, default=50, metavar="N", help="at most N hosts (default: %(default)s)")
+    ls.add_argument("--with-work", action="store_true", help="only hosts with queued or leased URLs")
+    common(ls)
+    ls.set_defaults(func=cmd_hosts_list)
+
+    show = verbs.add_parser("show", help="one host: queue, delay, backoff, robots", description="One host in detail.")
+    show.add_argument("host", metavar="HOST")
+    common(show)
+    show.set_defaults(func=cmd_hosts_show)
+
+    for verb, func, text in (("pause", cmd_hosts_pause, "stop leasing URLs of HOST (admin)"),
+                             ("resume", cmd_hosts_resume, "lease URLs of a paused HOST again (admin)")):
+        p = verbs.add_parser(verb, help=text, description=text[0].upper() + text[1:] + ".")
+        p.add_argument("host", metavar="HOST")
+        common(p, admin=True)
+        p.set_defaults(func=func)
+
+    pol = verbs.add_parser("policy", help="set HOST's minimum delay and/or concurrency (admin)",
+                           description="Set HOST's politeness: minimum seconds between requests and requests in "
+                           "flight. Flags not given stay as they are.")
+    pol.add_argument("host", metavar="HOST")
+    pol.add_argument("--delay", type=float, default=None, metavar="S", help="minimum seconds between two requests")
+    pol.add_argument("--concurrency", type=int, default=None, metavar="N", help="requests in flight at once")
+    common(pol, admin=True)
+    pol.set_defaults(func=cmd_hosts_policy)
+
+
+# ---------------------------------------------------------------------------------------------- parser
+
+
 def add_cluster_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser], user_agent: str) -> None:
-    """Register coordinator, worker, status and seed on the `hostring` parser."""
+    """Register coordinator, worker, status, seed and hosts on the `hostring` parser."""
     c = sub.add_parser(
         "coordinator",
         help="run the coordinator: membership and ring epochs",
@@ -167,6 +445,8 @@ def add_cluster_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser
         help="a node silent this long leaves the ring (default: %(default)s)",
     )
     c.add_argument("--metrics-port", type=int, default=None, metavar="PORT", help="serve Prometheus /metrics")
+    add_token_flag(c, server=True)
+    add_tls_flags(c, server=True)
     c.set_defaults(func=cmd_coordinator)
 
     w = sub.add_parser(
@@ -197,17 +477,24 @@ def add_cluster_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser
     w.add_argument("--until-drained", action="store_true", help="exit when every node has no work left")
     w.add_argument("--connect-timeout", type=float, default=30.0, metavar="S")
     w.add_argument("--metrics-port", type=int, default=None, metavar="PORT", help="serve Prometheus /metrics")
+    add_tls_flags(w, server=False)
     w.set_defaults(func=cmd_worker)
 
-    s = sub.add_parser("status", help="ring epoch, nodes, owned domains, queue depths, leases in flight")
+    s = sub.add_parser("status", help="ring epoch, nodes, owned domains, queue depths, leases in flight",
+                       description="Ask the coordinator for the ring and every node for its numbers; a table.")
     s.add_argument("--coordinator", required=True, metavar="ADDR")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true", help="JSON instead of a table")
     s.add_argument("--timeout", type=float, default=10.0)
+    add_tls_flags(s, server=False)
     s.set_defaults(func=cmd_status)
 
-    sd = sub.add_parser("seed", help="seed a running cluster: each URL goes to the node owning its domain")
+    sd = sub.add_parser("seed", help="seed a running cluster: each URL goes to the node owning its domain",
+                        description="Send start URLs to the nodes owning their registrable domains.")
     sd.add_argument("urls", nargs="*", metavar="URL")
     sd.add_argument("--coordinator", required=True, metavar="ADDR")
     sd.add_argument("--file", metavar="F", help="URLs, one per line")
     sd.add_argument("--timeout", type=float, default=30.0)
+    add_tls_flags(sd, server=False)
     sd.set_defaults(func=cmd_seed)
+
+    _add_hosts_commands(sub)

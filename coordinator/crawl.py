@@ -63,6 +63,7 @@ class CrawlOptions:
     total_timeout_s: float = 60.0
     max_bytes: int = 10 * 2**20
     metrics_port: int | None = None
+    log_format: str = "text"
     node_args: list[str] = field(default_factory=list)
 
 
@@ -105,6 +106,8 @@ def start_node_process(opts: CrawlOptions, log: TextIO) -> tuple[subprocess.Pope
         "coordinator.cli",
         "--log-level",
         "WARNING",
+        "--log-format",
+        opts.log_format,
         "node",
         "--store",
         f"sqlite:///{(opts.out / STORE_NAME).resolve()}",

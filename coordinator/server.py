@@ -18,15 +18,22 @@ from typing import Any, TypeVar
 
 import grpc
 import redis
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1.health import aio as health_aio
+from grpc_reflection.v1alpha import reflection
 
 from coordinator.membership import Membership, MembershipBackend, MemoryBackend, RedisBackend
 from coordinator.service import CoordinatorService
 from hostring.clock import Clock, WallClock
+from hostring.security import COORDINATOR_ADMIN_METHODS, INSECURE, AioAdminTokenInterceptor, TlsConfig
+from hostring.v1 import coordinator_pb2
 from hostring.v1 import coordinator_pb2_grpc as pb_grpc
 
 log = logging.getLogger("hostring.coordinator")
 
 T = TypeVar("T")
+_SERVICE = coordinator_pb2.DESCRIPTOR.services_by_name["Coordinator"].full_name
+_HEALTH = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
 
 SERVER_OPTIONS: list[tuple[str, Any]] = [
     ("grpc.so_reuseport", 0),
@@ -48,6 +55,7 @@ class RunningCoordinator:
     _thread: threading.Thread
     _expiry: asyncio.Task[None]
     _redis: redis.Redis | None = None
+    health: health_aio.HealthServicer | None = None
     _stopped: bool = field(default=False, init=False)
 
     def stop(self, grace: float = 2.0) -> None:
@@ -66,6 +74,8 @@ class RunningCoordinator:
                 self._redis.close()
 
     async def _shutdown(self, grace: float) -> None:
+        if self.health is not None:
+            await self.health.enter_graceful_shutdown()
         self._expiry.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._expiry
@@ -74,13 +84,19 @@ class RunningCoordinator:
 
 
 def start_coordinator(listen: str, redis_url: str | None = None, heartbeat_timeout_s: float = 10.0, *,
-                      namespace: str = "hostring", clock: Clock | None = None) -> RunningCoordinator:
+                      namespace: str = "hostring", clock: Clock | None = None, tls: TlsConfig | None = None,
+                      admin_token: str | None = None) -> RunningCoordinator:
     """Serve the Coordinator service on `listen` (HOST:PORT, port 0 picks); membership in Redis if `redis_url`.
 
-    Members loaded from Redis get one heartbeat timeout to be heard from again before they expire.
+    Members loaded from Redis get one heartbeat timeout to be heard from again before they expire. `tls` secures
+    the server (mutual TLS when it has a CA); with `admin_token`, Register and Leave need it as a bearer token.
+    The standard health service answers SERVING while the coordinator runs, and reflection serves grpcurl.
     """
     if heartbeat_timeout_s <= 0:
         raise ValueError("heartbeat_timeout_s must be > 0")
+    tls = tls or INSECURE
+    if tls.enabled:
+        tls.server_credentials()  # refuse a CA without a certificate before anything is opened
     client: redis.Redis | None = None
     backend: MembershipBackend = MemoryBackend()
     if redis_url:
@@ -97,7 +113,8 @@ def start_coordinator(listen: str, redis_url: str | None = None, heartbeat_timeo
     thread = threading.Thread(target=_run_loop, args=(loop,), name="coordinator", daemon=True)
     thread.start()
     try:
-        server, port, service, expiry = _run(loop, _serve(listen, membership, heartbeat_timeout_s), timeout=10.0)
+        server, port, service, expiry, health = _run(
+            loop, _serve(listen, membership, heartbeat_timeout_s, tls, admin_token), timeout=10.0)
     except BaseException:
         loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout=5.0)
@@ -105,26 +122,34 @@ def start_coordinator(listen: str, redis_url: str | None = None, heartbeat_timeo
         if client is not None:
             client.close()
         raise
-    log.info("coordinator serving on port %d at epoch %d with %d members (%s)", port, membership.epoch,
+    mode = "mutual TLS" if tls.mutual else "TLS" if tls.enabled else "plaintext"
+    log.info("coordinator serving on port %d (%s, membership changes %s) at epoch %d with %d members (%s)", port,
+             mode, "need the admin token" if admin_token else "open: no admin token set", membership.epoch,
              len(membership.ring()), "redis" if redis_url else "in memory")
-    return RunningCoordinator(server, port, service, loop, thread, expiry, client)
+    return RunningCoordinator(server, port, service, loop, thread, expiry, client, health)
 
 
-async def _serve(listen: str, membership: Membership,
-                 timeout_s: float) -> tuple[grpc.aio.Server, int, CoordinatorService, asyncio.Task[None]]:
-    """Bind and start the server, and the expiry task, on the running loop."""
+async def _serve(listen: str, membership: Membership, timeout_s: float, tls: TlsConfig, admin_token: str | None,
+                 ) -> tuple[grpc.aio.Server, int, CoordinatorService, asyncio.Task[None], health_aio.HealthServicer]:
+    """Bind and start the server (Coordinator, health, reflection), and the expiry task, on the running loop."""
     service = CoordinatorService(membership)
-    server = grpc.aio.server(options=SERVER_OPTIONS)
+    interceptors = [AioAdminTokenInterceptor(admin_token, COORDINATOR_ADMIN_METHODS)] if admin_token else []
+    server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=interceptors)
     pb_grpc.add_CoordinatorServicer_to_server(service, server)
+    health = health_aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    reflection.enable_server_reflection((_SERVICE, _HEALTH, reflection.SERVICE_NAME), server)
     try:
-        port = server.add_insecure_port(listen)
+        port = tls.add_port(server, listen)
     except RuntimeError as e:
         raise OSError(f"could not listen on {listen!r}: {e}") from e
     if port == 0:
         raise OSError(f"could not listen on {listen!r}")
     await server.start()
+    for name in ("", _SERVICE):
+        await health.set(name, health_pb2.HealthCheckResponse.SERVING)
     expiry = asyncio.get_running_loop().create_task(service.run_expiry(min(1.0, timeout_s / 5)), name="expiry")
-    return server, port, service, expiry
+    return server, port, service, expiry, health
 
 
 def _run_loop(loop: asyncio.AbstractEventLoop) -> None:

@@ -9,6 +9,7 @@ from typing import Protocol
 
 import grpc
 
+from hostring.security import INSECURE, TlsConfig
 from hostring.urls import UrlRejected, identify
 from hostring.v1 import frontier_pb2 as pb
 from hostring.v1 import frontier_pb2_grpc as pb_grpc
@@ -32,8 +33,9 @@ class Router(Protocol):
 class StaticRouter:
     """One node owns everything: the embedded `hostring crawl` setup."""
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, tls: TlsConfig | None = None) -> None:
         self.address = address
+        self.tls = tls or INSECURE
 
     def nodes(self) -> Sequence[str]:
         return [self.address]
@@ -46,11 +48,17 @@ class StaticRouter:
 
 
 class NodeClients:
-    """One channel per node address, and Discover routed to owners with re-sends on wrong-owner or a lost node."""
+    """One channel per node address, and Discover routed to owners with re-sends on wrong-owner or a lost node.
 
-    def __init__(self, router: Router, *, worker_id: str, channel_options: Sequence[tuple[str, object]] = ()) -> None:
+    Channels use `tls` when given, else the router's own `.tls` (a RingWatcher or StaticRouter carries the
+    process's TlsConfig), else plaintext: a worker reaches the nodes exactly as it reaches the coordinator.
+    """
+
+    def __init__(self, router: Router, *, worker_id: str, channel_options: Sequence[tuple[str, object]] = (),
+                 tls: TlsConfig | None = None) -> None:
         self.router = router
         self.worker_id = worker_id
+        self.tls: TlsConfig = tls or getattr(router, "tls", None) or INSECURE
         self._options = list(channel_options)
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._stubs: dict[str, pb_grpc.FrontierStub] = {}
@@ -58,7 +66,7 @@ class NodeClients:
     def stub(self, address: str) -> pb_grpc.FrontierStub:
         stub = self._stubs.get(address)
         if stub is None:
-            channel = grpc.aio.insecure_channel(address, options=self._options)
+            channel = self.tls.aio_channel(address, options=self._options)
             self._channels[address] = channel
             stub = self._stubs[address] = pb_grpc.FrontierStub(channel)  # type: ignore[no-untyped-call]
         return stub

@@ -34,6 +34,50 @@ _SIMHASH_TEXT = 64 * 1024
 _DISCOVER_BATCH = 256
 
 
+class CompletionBatcher:
+    """Completions that finish in the same event-loop turn go to their node as one CompleteBatch call.
+
+    Nothing waits for a batch to fill: the send is scheduled with call_soon, so a lone completion goes at once
+    and a busy worker naturally sends many per call (one RPC and one commit on the node instead of many).
+    """
+
+    def __init__(self, clients: NodeClients) -> None:
+        self.clients = clients
+        self._pending: dict[str, list[tuple[pb.CompleteRequest, asyncio.Future[pb.CompleteResponse]]]] = {}
+        self._sends: set[asyncio.Task[None]] = set()
+
+    def submit(self, address: str, request: pb.CompleteRequest) -> asyncio.Future[pb.CompleteResponse]:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[pb.CompleteResponse] = loop.create_future()
+        batch = self._pending.setdefault(address, [])
+        batch.append((request, future))
+        if len(batch) == 1:
+            loop.call_soon(self._start, address)
+        return future
+
+    def _start(self, address: str) -> None:
+        task = asyncio.ensure_future(self._send(address))
+        self._sends.add(task)
+        task.add_done_callback(self._sends.discard)
+
+    async def _send(self, address: str) -> None:
+        batch = self._pending.pop(address, [])
+        if not batch:
+            return
+        try:
+            resp = await self.clients.stub(address).CompleteBatch(
+                pb.CompleteBatchRequest(completions=[r for r, _ in batch]), timeout=30
+            )
+        except grpc.aio.AioRpcError as e:
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(e)
+            return
+        for (_, future), result in zip(batch, resp.results, strict=True):
+            if not future.done():
+                future.set_result(result)
+
+
 @dataclass
 class WorkerStats:
     """What this worker did, for progress displays and metrics."""
@@ -72,6 +116,7 @@ class Worker:
         self.stats = WorkerStats()
         self.metrics = metrics
         self.clients = NodeClients(router, worker_id=self.worker_id, channel_options=channel_options)
+        self._batcher = CompletionBatcher(self.clients)
         self._written: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self.drained_nodes: set[str] = set()
 
@@ -244,18 +289,21 @@ class Worker:
         )
         for attempt in range(6):
             try:
-                resp = await self.stub(address).Complete(request, timeout=30)
-                break
+                resp = await self._batcher.submit(address, request)
+                if not resp.wrong_owner:
+                    break
+                code = grpc.StatusCode.FAILED_PRECONDITION
             except grpc.aio.AioRpcError as e:
-                # The node may have lost the domain (wrong owner) or died: the lease lives on in the shared
-                # store, so the domain's owner at the newest epoch can settle it.
-                log.warning("complete on %s failed (%s), retrying", address, e.code().name)
-                await asyncio.sleep(0.2 * 2**attempt)
-                if e.code() in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.UNAVAILABLE):
-                    with contextlib.suppress(Exception):
-                        await self.router.refresh()
-                    with contextlib.suppress(LookupError):
-                        address = self.router.owner(item.domain) if item.domain else address
+                code = e.code()
+            # The node may have lost the domain (wrong owner) or died: the lease lives on in the shared store,
+            # so the domain's owner at the newest epoch can settle it.
+            log.warning("complete on %s failed (%s), retrying", address, code.name)
+            await asyncio.sleep(0.2 * 2**attempt)
+            if code in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.UNAVAILABLE):
+                with contextlib.suppress(Exception):
+                    await self.router.refresh()
+                with contextlib.suppress(LookupError):
+                    address = self.router.owner(item.domain) if item.domain else address
         else:
             log.error("could not complete %s; its lease will expire and it will be handed out again", item.url)
             return

@@ -28,6 +28,7 @@ from frontier_node.store.redis import RedisStore
 from hostring.clock import WallClock
 from hostring.membership import NodeMembership
 from hostring.metrics import serve_metrics
+from hostring.security import FRONTIER_ADMIN_METHODS, INSECURE, AdminTokenInterceptor, TlsConfig
 from hostring.v1 import frontier_pb2
 from hostring.v1 import frontier_pb2_grpc as pb_grpc
 
@@ -79,12 +80,19 @@ def start_node(
     advertise: str = "",
     weight: int = 1,
     metrics_port: int | None = None,
+    tls: TlsConfig | None = None,
+    admin_token: str | None = None,
 ) -> RunningNode:
     """Open the store, build the core and serve the Frontier service on `listen` (HOST:PORT; port 0 picks).
 
     `scope` lists hosts or registrable domains admitted in the "list" scope mode. With `coordinator`, the
     node registers as `node_id` reachable at `advertise` (default: 127.0.0.1 and the bound port).
+    `tls` secures the server and the connection to the coordinator (plaintext by default). With `admin_token`,
+    PauseHost and SetHostPolicy need it as a bearer token, and the node sends it when it joins or leaves the ring.
     """
+    tls = tls or INSECURE
+    if tls.enabled:
+        tls.server_credentials()  # refuse a CA without a certificate before anything is opened
     cond = threading.Condition()
     clustered = bool(coordinator)
     slice_: Slice | None = None
@@ -107,6 +115,7 @@ def start_node(
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"),
         options=[("grpc.max_receive_message_length", 64 * 2**20), ("grpc.so_reuseport", 0)],
+        interceptors=[AdminTokenInterceptor(admin_token, FRONTIER_ADMIN_METHODS)] if admin_token else [],
     )
     pb_grpc.add_FrontierServicer_to_server(service, server)  # type: ignore[no-untyped-call]
     health_servicer = health.HealthServicer()
@@ -118,7 +127,7 @@ def start_node(
         registry = node_registry(frontier, cond, slice_)
         service.store_timer = StoreTimer(registry)
         metrics_port = serve_metrics(metrics_port, registry, listen)
-    port = server.add_insecure_port(listen)
+    port = tls.add_port(server, listen)
     if port == 0:
         raise OSError(f"could not listen on {listen!r}")
     serving = health_pb2.HealthCheckResponse.SERVING
@@ -137,9 +146,17 @@ def start_node(
 
         slice_.on_ready = ready
         address = advertise or f"127.0.0.1:{port}"
-        membership = NodeMembership(coordinator, node_id, address, weight, on_ring=slice_.apply).start()
-    log.info("node %s serving on port %d, store %s, run %s", node_id, port, store_url, frontier.run_id)
+        membership = NodeMembership(coordinator, node_id, address, weight, on_ring=slice_.apply, tls=tls,
+                                    admin_token=admin_token).start()
+    log.info("node %s serving on port %d (%s), store %s, run %s", node_id, port, _transport(tls, admin_token),
+             store_url, frontier.run_id)
     return RunningNode(server, service, port, health_servicer, stop, membership, slice_, metrics_port)
+
+
+def _transport(tls: TlsConfig, admin_token: str | None) -> str:
+    """How the node is reached, for the start-up log line."""
+    mode = "mutual TLS" if tls.mutual else "TLS" if tls.enabled else "plaintext"
+    return f"{mode}, admin calls {'need the token' if admin_token else 'open: no admin token set'}"
 
 
 def _ticker(service: FrontierService, stop: threading.Event) -> None:

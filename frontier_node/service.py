@@ -40,6 +40,7 @@ class FrontierService(pb_grpc.FrontierServicer):
         self.epoch = epoch
         self.cond = lock or threading.Condition()
         self.store_timer: StoreTimer | None = None
+        self.waiting = 0
 
     def _commit(self, context: grpc.ServicerContext) -> None:
         """Make the call's writes durable before answering; a domain fenced by a newer owner answers wrong-owner."""
@@ -58,7 +59,7 @@ class FrontierService(pb_grpc.FrontierServicer):
         with self.cond:
             verdicts = self.frontier.discover(request.links)
             self._commit(context)
-            self.cond.notify_all()
+            self._wake_leases()
         resp = pb.DiscoverResponse(ring_epoch=self.epoch())
         add = resp.verdicts.add
         for v in verdicts:
@@ -80,7 +81,11 @@ class FrontierService(pb_grpc.FrontierServicer):
                 if remaining <= 0 or self.frontier.drained or not context.is_active():
                     break
                 nxt = self.frontier.next_event_in()
-                self.cond.wait(min(remaining, nxt if nxt is not None else remaining, 1.0) + 0.001)
+                self.waiting += 1
+                try:
+                    self.cond.wait(min(remaining, nxt if nxt is not None else remaining, 1.0) + 0.001)
+                finally:
+                    self.waiting -= 1
             nxt = self.frontier.next_event_in()
             drained = self.frontier.drained
         resp = pb.LeaseResponse(
@@ -99,17 +104,35 @@ class FrontierService(pb_grpc.FrontierServicer):
         return pb.RenewResponse(ok=True, deadline_ms=int(deadline * 1000))
 
     def Complete(self, request: pb.CompleteRequest, context: grpc.ServicerContext) -> pb.CompleteResponse:
+        with self.cond:
+            resp = self._complete_one(request, context)
+            if resp.wrong_owner:
+                context.abort(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"wrong_owner: this node does not own the domain of {request.lease_id!r} at epoch {self.epoch()}",
+                )
+            self._commit(context)
+            self._wake_leases()
+        return resp
+
+    def CompleteBatch(
+        self, request: pb.CompleteBatchRequest, context: grpc.ServicerContext
+    ) -> pb.CompleteBatchResponse:
+        with self.cond:
+            results = [self._complete_one(c, context) for c in request.completions]
+            self._commit(context)
+            self._wake_leases()
+        return pb.CompleteBatchResponse(results=results)
+
+    def _complete_one(self, request: pb.CompleteRequest, context: grpc.ServicerContext) -> pb.CompleteResponse:
+        """Settle one lease (the lock is held); a domain this node does not own answers wrong_owner."""
         if not request.lease_id:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "lease_id is required")
-        with self.cond:
-            item = self.frontier.leased.get(request.lease_id)
-            domain = item.domain if item is not None else key_domain(request.lease_id)
-            if not self.frontier.owns(domain):
-                context.abort(grpc.StatusCode.FAILED_PRECONDITION,
-                              f"wrong_owner: this node does not own {domain!r} at epoch {self.epoch()}")
-            done = self.frontier.complete(request.lease_id, request.generation, request.outcome, request.links)
-            self._commit(context)
-            self.cond.notify_all()
+        item = self.frontier.leased.get(request.lease_id)
+        domain = item.domain if item is not None else key_domain(request.lease_id)
+        if not self.frontier.owns(domain):
+            return pb.CompleteResponse(accepted=False, wrong_owner=True, reason="wrong_owner")
+        done = self.frontier.complete(request.lease_id, request.generation, request.outcome, request.links)
         return pb.CompleteResponse(
             accepted=done.accepted,
             state=done.state,
@@ -118,6 +141,11 @@ class FrontierService(pb_grpc.FrontierServicer):
             admitted=done.admitted,
             forward=done.forward,
         )
+
+    def _wake_leases(self) -> None:
+        """Wake Lease calls waiting for work, if any wait (notify_all on every call is measurable)."""
+        if self.waiting:
+            self.cond.notify_all()
 
     # ------------------------------------------------------------------ inspection
 

@@ -18,6 +18,7 @@ from typing import Any
 import grpc
 
 from hostring.ring import EMPTY_RING, Member, Ring
+from hostring.security import INSECURE, TlsConfig, admin_metadata
 from hostring.v1 import coordinator_pb2 as pb
 from hostring.v1 import coordinator_pb2_grpc as pb_grpc
 
@@ -66,7 +67,8 @@ class NodeMembership:
 
     def __init__(self, coordinator_addr: str, node_id: str, address: str, weight: int = 1, *,
                  heartbeat_s: float = 2.0, on_ring: Callable[[Ring], None] | None = None,
-                 rpc_timeout_s: float = 5.0) -> None:
+                 rpc_timeout_s: float = 5.0, tls: TlsConfig | None = None, admin_token: str | None = None) -> None:
+        """`tls` secures the channel to the coordinator; `admin_token` is sent with Register and Leave."""
         Member(node_id, address, weight)  # validate early, in the caller's thread
         self.coordinator_addr = coordinator_addr
         self.node_id, self.address, self.weight = node_id, address, weight
@@ -74,8 +76,9 @@ class NodeMembership:
         self._interval = heartbeat_s
         self._on_ring = on_ring
         self._rpc_timeout = rpc_timeout_s
-        self._channel = grpc.insecure_channel(coordinator_addr, options=CHANNEL_OPTIONS)
-        self._stub = pb_grpc.CoordinatorStub(self._channel)
+        self._admin = admin_metadata(admin_token)
+        self._channel = (tls or INSECURE).channel(coordinator_addr, options=CHANNEL_OPTIONS)
+        self._stub = pb_grpc.CoordinatorStub(self._channel)  # type: ignore[no-untyped-call]
         self._stop = threading.Event()
         self._cond = threading.Condition()
         self._latest = EMPTY_RING      # newest ring received
@@ -134,7 +137,8 @@ class NodeMembership:
             heartbeat.join(self._rpc_timeout + 1.0)
         if leave and self._registered:
             try:
-                self._stub.Leave(pb.LeaveRequest(node_id=self.node_id), timeout=self._rpc_timeout)
+                self._stub.Leave(pb.LeaveRequest(node_id=self.node_id), timeout=self._rpc_timeout,
+                                 metadata=self._admin)
                 self._registered = False
             except grpc.RpcError as e:
                 log.warning("%s: leave failed (%s); the coordinator will expire it", self.node_id, _code(e))
@@ -191,7 +195,7 @@ class NodeMembership:
         resp = self._stub.Register(
             pb.RegisterRequest(node_id=self.node_id, address=self.address, weight=self.weight,
                                known_epoch=self._latest.epoch),
-            wait_for_ready=True, timeout=self._rpc_timeout)
+            wait_for_ready=True, timeout=self._rpc_timeout, metadata=self._admin)
         if resp.heartbeat_timeout_ms:
             self._interval = min(self._heartbeat_s, resp.heartbeat_timeout_ms / 3000)
         self._registered = True
@@ -244,8 +248,10 @@ class RingWatcher:
     """
 
     def __init__(self, coordinator_addr: str, *, on_ring: Callable[[Ring], None] | None = None,
-                 rpc_timeout_s: float = 5.0) -> None:
+                 rpc_timeout_s: float = 5.0, tls: TlsConfig | None = None) -> None:
+        """`tls` secures the channel to the coordinator, and (as `.tls`) the workers' channels to the nodes."""
         self.coordinator_addr = coordinator_addr
+        self.tls = tls or INSECURE
         self._on_ring = on_ring
         self._rpc_timeout = rpc_timeout_s
         self._ring = EMPTY_RING
@@ -258,8 +264,8 @@ class RingWatcher:
         """Read the ring now (waiting up to `timeout` for the coordinator), then follow it in the background."""
         if self._channel is not None:
             raise RuntimeError("already started")
-        self._channel = grpc.aio.insecure_channel(self.coordinator_addr, options=CHANNEL_OPTIONS)
-        self._stub = pb_grpc.CoordinatorStub(self._channel)
+        self._channel = self.tls.aio_channel(self.coordinator_addr, options=CHANNEL_OPTIONS)
+        self._stub = pb_grpc.CoordinatorStub(self._channel)  # type: ignore[no-untyped-call]
         self._changed = asyncio.Condition()
         try:
             await self.refresh(timeout)

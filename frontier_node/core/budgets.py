@@ -37,8 +37,8 @@ def _split(url: str) -> tuple[str, str]:
 def _repeated_segments(path: str) -> int:
     """The largest number of times one non-empty path segment occurs."""
     segments = [s for s in path.split("/") if s]
-    if len(segments) < 2:
-        return len(segments)
+    if len(set(segments)) == len(segments):
+        return 1 if segments else 0
     return max(Counter(segments).values())
 
 

@@ -26,7 +26,11 @@ from frontier_node.core.retry import OVERLOAD_STATUSES, Action, backoff_s, class
 from frontier_node.core.robots import RobotsPolicy, RobotsRecord, RobotsVerdict
 from frontier_node.core.states import Event, State, next_state
 from hostring.clock import Clock
-from hostring.urls import UrlRejected, identify, robots_url
+from hostring.urls import UrlIdentity, UrlRejected, identify, robots_url
+
+# Plain-string values of the enums, looked up once: reading `.value` on every transition is measurably slow.
+_VALUE: dict[State | Event, str] = {**{s: s.value for s in State}, **{e: e.value for e in Event}}
+_CACHE_LIMIT = 1 << 15
 
 
 class LeaseError(LookupError):
@@ -95,19 +99,21 @@ class Frontier:
         self.journal_seq = 0
         self.item_seq = 0
         self.run_id = run_id
+        self._now = clock.now()
+        self._identities: dict[object, UrlIdentity] = {}
         self._recover(rows=recover)
 
     # ================================================================== admission
 
     def discover(self, links: Iterable[LinkLike]) -> list[LinkVerdict]:
         """Admit, dedup, scope-check and budget-check a batch of links; one verdict each, in order."""
+        self._now = self.clock.now()
         out: list[LinkVerdict] = []
         append = out.append
         seen = self.seen
-        max_len = self.config.budgets.max_url_length
         for link in links:
             try:
-                ident = identify(link.observed, link.base_url, max_length=max_len)
+                ident = self._identify(link.observed, link.base_url)
             except UrlRejected as e:
                 self.verdicts[("rejected", e.reason.value)] += 1
                 append(LinkVerdict(Verdict.REJECTED, e.reason.value))
@@ -159,6 +165,27 @@ class Frontier:
             self.verdicts[("admitted", "")] += 1
             append(LinkVerdict(Verdict.ADMITTED, "", key, domain))
         return out
+
+    def _identify(self, observed: str, base: str) -> UrlIdentity:
+        """identify(), remembering recent answers: pages repeat the same navigation links over and over.
+
+        The cache key is what the answer depends on: the reference alone when it is absolute, the reference
+        and the base's origin when it is root-relative, else the reference and the whole base.
+        """
+        if observed.startswith(("http://", "https://")):
+            ck: object = observed
+        elif observed.startswith("/") and not observed.startswith("//"):
+            ck = (observed, base[: base.find("/", base.find("//") + 2)] if "//" in base else base)
+        else:
+            ck = (observed, base)
+        cache = self._identities
+        ident = cache.get(ck)
+        if ident is None:
+            ident = identify(observed, base, max_length=self.config.budgets.max_url_length)
+            if len(cache) >= _CACHE_LIMIT:
+                cache.clear()
+            cache[ck] = ident
+        return ident
 
     def _refusal(self, host: str, origin: str, domain: str, redirect_hops: int) -> str:
         """Why a link with an identity is rejected outright: scope or redirect chain; '' when it is not."""
@@ -213,7 +240,7 @@ class Frontier:
         if item.kind is Kind.PAGE and item.origin not in host.robots and item.origin not in host.robots_items:
             self._admit_robots(host, item.origin)
         host.push(item, self.config.window)
-        self._wake(host, self.clock.now())
+        self._wake(host, self._now)
 
     def _admit_robots(self, host: Host, origin: str) -> None:
         self.item_seq += 1
@@ -228,15 +255,15 @@ class Frontier:
 
     def lease(self, worker_id: str, max_items: int) -> list[Item]:
         """Up to `max_items` items, at most one per host, each host within its delay and concurrency."""
-        now = self.clock.now()
+        now = self._now = self.clock.now()
         self.tick(now)
         out: list[Item] = []
         again: list[Host] = []
         ready = self.ready
         while ready and len(out) < max_items:
             at, version, name = ready[0]
-            host = self.hosts[name]
-            if version != host.heap_version or not host.in_heap:
+            host = self.hosts.get(name)
+            if host is None or version != host.heap_version or not host.in_heap:
                 heapq.heappop(ready)
                 continue
             if at > now:
@@ -331,13 +358,14 @@ class Frontier:
         A stale or unknown lease is journaled as late evidence only and its links are dropped. Links whose
         domain another node owns come back in `forward` for the worker to route.
         """
+        self._now = self.clock.now()
         item = self.leased.get(key)
         if item is None or item.generation != generation:
             return self._late(key, generation, outcome, "stale_generation" if item else "unknown_lease")
         now = self.clock.now()
         del self.leased[key]
         self.events["completed"] += 1
-        host = self.hosts[item.host]
+        host = self._host(item.host, item.domain)
         self._release(host, now)
         if outcome.remote_ip:
             host.ip = outcome.remote_ip
@@ -374,7 +402,7 @@ class Frontier:
                 state.value,
                 Event.LATE_EVIDENCE.value,
                 state.value,
-                self.clock.now(),
+                self._now,
                 self.config.policy_version,
                 f"{reason} status={outcome.status} {outcome.error_class}".strip(),
                 outcome.evidence,
@@ -388,7 +416,9 @@ class Frontier:
         if host.ip and self.ip_in_flight[host.ip] > 0:
             self.ip_in_flight[host.ip] -= 1
             for name in self.ip_waiters.pop(host.ip, ()):
-                other = self.hosts[name]
+                other = self.hosts.get(name)
+                if other is None:
+                    continue
                 self._wake(other, self._eligible_at(other))
 
     def _complete_page(self, item: Item, host: Host, outcome: OutcomeLike, now: float) -> Completion:
@@ -441,7 +471,7 @@ class Frontier:
 
     def _robots_home(self, item: Item) -> Host:
         """The host whose origin a robots item is for (it differs from item.host while following a redirect)."""
-        return self.hosts[item.source] if item.source else self.hosts[item.host]
+        return self._host(item.source or item.host, item.domain)
 
     def _complete_robots(self, item: Item, host: Host, outcome: OutcomeLike, now: float) -> Completion:
         policy = self.config.politeness
@@ -546,7 +576,7 @@ class Frontier:
 
     def tick(self, now: float | None = None) -> None:
         """Expire overdue leases and put retries that are due back on their hosts."""
-        now = self.clock.now() if now is None else now
+        now = self._now = self.clock.now() if now is None else now
         deadlines = self.deadlines
         while deadlines and deadlines[0][0] <= now:
             _, key, generation = heapq.heappop(deadlines)
@@ -554,7 +584,7 @@ class Frontier:
             if item is None or item.generation != generation or item.deadline > now:
                 continue
             del self.leased[key]
-            host = self.hosts[item.host]
+            host = self._host(item.host, item.domain)
             self._release(host, now)
             host.next_eligible = max(host.next_eligible, now + host.delay(self.config.politeness))
             self.events["lease_expired"] += 1
@@ -571,7 +601,7 @@ class Frontier:
             if item is None or item.generation != generation:
                 continue
             del self.waiting[key]
-            host = self.hosts[item.host]
+            host = self._host(item.host, item.domain)
             self._move(item, Event.RESCHEDULE)
             self._requeue(host, item)
             self._wake(host, self._eligible_at(host))
@@ -587,7 +617,8 @@ class Frontier:
         times = []
         while self.ready:
             at, version, name = self.ready[0]
-            if version == self.hosts[name].heap_version and self.hosts[name].in_heap:
+            host = self.hosts.get(name)
+            if host is not None and version == host.heap_version and host.in_heap:
                 times.append(at)
                 break
             heapq.heappop(self.ready)
@@ -657,28 +688,16 @@ class Frontier:
         item.state = after
         item.reason = reason
         counts = self.state_counts
+        b, a = _VALUE[before], _VALUE[after]
         if before is not State.DISCOVERED:
-            counts[before.value] -= 1
-        counts[after.value] += 1
+            counts[b] -= 1
+        counts[a] += 1
         self.journal_seq += 1
         self.store.record(
-            Entry(
-                self.journal_seq,
-                self.run_id,
-                item.key,
-                item.attempt,
-                item.generation,
-                before.value,
-                event.value,
-                after.value,
-                self.clock.now(),
-                self.config.policy_version,
-                reason,
-                evidence,
-                data,
-            ),
+            Entry(self.journal_seq, self.run_id, item.key, item.attempt, item.generation, b, _VALUE[event], a,
+                  self._now, self.config.policy_version, reason, evidence, data),
             item,
-        )
+        )  # fmt: skip
 
     def _recover(self, rows: bool) -> None:
         """Rebuild RAM state from the store after a restart: run id, counters, scope and (with `rows`) the items.
@@ -704,7 +723,7 @@ class Frontier:
         Queued rows stay in the store (only counted); leased ones keep their deadline, so a host with a fetch
         still in flight elsewhere is not leased again before it ends. Hosts rest one delay first: no burst.
         """
-        now = self.clock.now()
+        now = self._now = self.clock.now()
         touched: set[str] = set()
         for origin, host_name, data in robots:
             self._host(host_name, "").robots[origin] = RobotsRecord.from_dict(data)

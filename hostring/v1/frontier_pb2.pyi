@@ -206,20 +206,34 @@ class CompleteRequest(_message.Message):
     def __init__(self, lease_id: _Optional[str] = ..., generation: _Optional[int] = ..., outcome: _Optional[_Union[Outcome, _Mapping]] = ..., worker_id: _Optional[str] = ..., links: _Optional[_Iterable[_Union[Link, _Mapping]]] = ...) -> None: ...
 
 class CompleteResponse(_message.Message):
-    __slots__ = ("accepted", "state", "follow_links", "reason", "forward", "admitted")
+    __slots__ = ("accepted", "state", "follow_links", "reason", "forward", "admitted", "wrong_owner")
     ACCEPTED_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     FOLLOW_LINKS_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     FORWARD_FIELD_NUMBER: _ClassVar[int]
     ADMITTED_FIELD_NUMBER: _ClassVar[int]
+    WRONG_OWNER_FIELD_NUMBER: _ClassVar[int]
     accepted: bool
     state: str
     follow_links: bool
     reason: str
     forward: _containers.RepeatedCompositeFieldContainer[Link]
     admitted: int
-    def __init__(self, accepted: _Optional[bool] = ..., state: _Optional[str] = ..., follow_links: _Optional[bool] = ..., reason: _Optional[str] = ..., forward: _Optional[_Iterable[_Union[Link, _Mapping]]] = ..., admitted: _Optional[int] = ...) -> None: ...
+    wrong_owner: bool
+    def __init__(self, accepted: _Optional[bool] = ..., state: _Optional[str] = ..., follow_links: _Optional[bool] = ..., reason: _Optional[str] = ..., forward: _Optional[_Iterable[_Union[Link, _Mapping]]] = ..., admitted: _Optional[int] = ..., wrong_owner: _Optional[bool] = ...) -> None: ...
+
+class CompleteBatchRequest(_message.Message):
+    __slots__ = ("completions",)
+    COMPLETIONS_FIELD_NUMBER: _ClassVar[int]
+    completions: _containers.RepeatedCompositeFieldContainer[CompleteRequest]
+    def __init__(self, completions: _Optional[_Iterable[_Union[CompleteRequest, _Mapping]]] = ...) -> None: ...
+
+class CompleteBatchResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[CompleteResponse]
+    def __init__(self, results: _Optional[_Iterable[_Union[CompleteResponse, _Mapping]]] = ...) -> None: ...
 
 class StatsRequest(_message.Message):
     __slots__ = ()

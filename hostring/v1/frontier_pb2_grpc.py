@@ -55,6 +55,11 @@ class FrontierStub:
                 request_serializer=hostring_dot_v1_dot_frontier__pb2.CompleteRequest.SerializeToString,
                 response_deserializer=hostring_dot_v1_dot_frontier__pb2.CompleteResponse.FromString,
                 _registered_method=True)
+        self.CompleteBatch = channel.unary_unary(
+                '/hostring.v1.Frontier/CompleteBatch',
+                request_serializer=hostring_dot_v1_dot_frontier__pb2.CompleteBatchRequest.SerializeToString,
+                response_deserializer=hostring_dot_v1_dot_frontier__pb2.CompleteBatchResponse.FromString,
+                _registered_method=True)
         self.Stats = channel.unary_unary(
                 '/hostring.v1.Frontier/Stats',
                 request_serializer=hostring_dot_v1_dot_frontier__pb2.StatsRequest.SerializeToString,
@@ -119,6 +124,13 @@ class FrontierServicer:
 
     def Complete(self, request, context):
         """Report the outcome of a leased fetch. A stale generation is kept as late evidence only.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CompleteBatch(self, request, context):
+        """Several completions in one call and one commit: what a busy worker sends (answers in request order).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -189,6 +201,11 @@ def add_FrontierServicer_to_server(servicer, server):
                     servicer.Complete,
                     request_deserializer=hostring_dot_v1_dot_frontier__pb2.CompleteRequest.FromString,
                     response_serializer=hostring_dot_v1_dot_frontier__pb2.CompleteResponse.SerializeToString,
+            ),
+            'CompleteBatch': grpc.unary_unary_rpc_method_handler(
+                    servicer.CompleteBatch,
+                    request_deserializer=hostring_dot_v1_dot_frontier__pb2.CompleteBatchRequest.FromString,
+                    response_serializer=hostring_dot_v1_dot_frontier__pb2.CompleteBatchResponse.SerializeToString,
             ),
             'Stats': grpc.unary_unary_rpc_method_handler(
                     servicer.Stats,
@@ -335,6 +352,33 @@ class Frontier:
             '/hostring.v1.Frontier/Complete',
             hostring_dot_v1_dot_frontier__pb2.CompleteRequest.SerializeToString,
             hostring_dot_v1_dot_frontier__pb2.CompleteResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CompleteBatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hostring.v1.Frontier/CompleteBatch',
+            hostring_dot_v1_dot_frontier__pb2.CompleteBatchRequest.SerializeToString,
+            hostring_dot_v1_dot_frontier__pb2.CompleteBatchResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,700 @@
+"""Figures of a hostring cluster on this machine: handoffs on join and leave, and throughput for 1, 2 and 3 nodes.
+
+`python -m bench.cluster [--json] [--quick]` prints, with the machine and the workload stated:
+
+1. Membership. A redis-server started here on a free loopback port, a coordinator (`--redis`, heartbeat timeout
+   3 s) and three `hostring node` processes on that Redis; `hosts` registrable domains (`site{i}.com`, two URLs
+   each) discovered through the nodes, routed by ring, so there is state to hand over. Then:
+   - join: a fourth node is started. Settle time runs from the moment its process is started (Python start-up
+     included, and given separately) until the coordinator's ring has it and every node's Stats report that
+     epoch applied (the node's lock is held through release/adopt, so Stats answering the epoch means the
+     handoff is done) with health SERVING. The moved fraction is the share of the stored domains whose owner
+     changed (ring math over `RedisStore.all_domains()`), checked against the nodes' own "released N, adopted M"
+     log lines; the ideal is 1/4.
+   - leave: one node gets SIGTERM (it leaves the ring at once). Settle time runs from the signal until the ring
+     lacks it and every survivor reports the new epoch applied: its domains are adopted elsewhere (checked
+     afterwards: no fence in Redis names it).
+   - failure: one more node gets SIGKILL; it leaves after the heartbeat timeout, which dominates the figure.
+2. Throughput, for 1, 2 and 3 nodes, each configuration on a flushed Redis with a fresh coordinator and nodes
+   (`--delay 0`). The client is this process, with two threads per node:
+   - Discover: `links` distinct URLs over `hosts` hosts, routed to the ring owner of their domain (routing and
+     serialization done before the clock starts; the routing cost is given on its own), batches of 256;
+     figure: links admitted per second.
+   - Lease+Complete: the client plays the worker. Robots items are leased and completed 404 first (not timed),
+     then Lease(max_items=256) and one Complete per item (the batch's Completes in flight at once) until
+     `lease_pages` pages are done; figure: URLs leased and completed per second.
+
+Every process (redis-server, coordinator, nodes and this client) shares this machine's CPUs, so the figures
+for 2 and 3 nodes measure how the cluster divides the same cores, not added machines; CPU seconds of each
+process are given beside them. No pass/fail.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import grpc
+import redis
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from bench.node import cpu_seconds, machine
+from frontier_node.store.redis import RedisStore
+from hostring.membership import ring_from_proto
+from hostring.ring import Ring
+from hostring.urls import identify
+from hostring.v1 import coordinator_pb2 as cpb
+from hostring.v1 import coordinator_pb2_grpc as cpb_grpc
+from hostring.v1 import frontier_pb2 as pb
+from hostring.v1 import frontier_pb2_grpc as pb_grpc
+
+REPO = Path(__file__).resolve().parent.parent
+STARTUP_TIMEOUT_S = 30.0
+SETTLE_TIMEOUT_S = 60.0
+RPC_TIMEOUT_S = 120.0
+POLL_S = 0.01
+HEARTBEAT_TIMEOUT_S = 3.0
+_PORT_LINE = re.compile(r"listening on port (\d+)")
+_HANDOFF = re.compile(r"ring epoch (\d+): (\d+) members, released (\d+) domains, adopted (\d+), in ([0-9.]+)s")
+_DISCOVER_METHOD = "/hostring.v1.Frontier/Discover"
+_SERVING = health_pb2.HealthCheckResponse.SERVING
+_CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 64 * 2**20)]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What is measured; printed with the figures."""
+
+    hosts: int = 10_000
+    urls_per_host_membership: int = 2
+    links: int = 100_000
+    batch: int = 256
+    lease_batch: int = 256
+    lease_pages: int = 30_000
+    streams_per_node: int = 2
+    node_counts: tuple[int, ...] = (1, 2, 3)
+
+    def describe(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.update(
+            url_shape="http://site{u % hosts}.com/p/{u}: every host its own registrable domain (the shard key)",
+            nodes="`hostring node --coordinator ... --store redis://... --delay 0` subprocesses, one Python "
+            "process each, all on one redis-server started here (no persistence)",
+            coordinator=f"`hostring coordinator --redis ... --heartbeat-timeout {HEARTBEAT_TIMEOUT_S}` subprocess",
+            discover_client=f"this process; links routed by ring owner, {self.batch} per Discover, serialized "
+            f"before the clock starts; {self.streams_per_node} threads per node, one call in flight each",
+            lease_client=f"this process plays the worker; {self.streams_per_node} threads per node, each "
+            f"Lease(max_items={self.lease_batch}) then one Complete per item, a batch's Completes in flight at "
+            "once; outcome 200 with a unique digest and simhash, no links; robots completed 404 before the clock",
+        )
+        return d
+
+
+QUICK = Workload(hosts=1_000, links=10_000, lease_pages=3_000)
+
+
+# ====================================================================== processes
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _child_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "HOSTRING_ADMIN_TOKEN"}
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+class Proc:
+    """A subprocess in its own process group, output to files; `stop` signals the whole group."""
+
+    def __init__(self, name: str, cmd: list[str], log_dir: Path) -> None:
+        self.name = name
+        self.out_path, self.err_path = log_dir / f"{name}.stdout", log_dir / f"{name}.stderr"
+        self._files: list[IO[bytes]] = [self.out_path.open("wb"), self.err_path.open("wb")]
+        self.started = time.perf_counter()
+        self.proc = subprocess.Popen(
+            cmd,
+            cwd=REPO,
+            stdout=self._files[0],
+            stderr=self._files[1],
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env=_child_env(),
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def port(self, timeout: float = STARTUP_TIMEOUT_S) -> int:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            m = _PORT_LINE.search(self.out_path.read_text(errors="replace"))
+            if m is not None:
+                return int(m.group(1))
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.02)
+        raise RuntimeError(f"{self.name} did not announce its port:\n{self.err_path.read_text()[-2000:]}")
+
+    def send(self, sig: int) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, sig)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
+        self.send(sig)
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.send(signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=10)
+        for f in self._files:
+            f.close()
+        self._files = []
+
+    def log(self) -> str:
+        return self.err_path.read_text(errors="replace")
+
+
+def log_messages(text: str) -> list[str]:
+    """The messages of a hostring log, whether it is text or one JSON object per line."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith("{"):
+            with contextlib.suppress(ValueError):
+                out.append(str(json.loads(line).get("msg", "")))
+                continue
+        out.append(line)
+    return out
+
+
+class RedisServer:
+    """A redis-server of our own on a free loopback port, no persistence, in `directory`."""
+
+    def __init__(self, directory: Path) -> None:
+        if shutil.which("redis-server") is None:
+            raise SystemExit("bench.cluster needs redis-server on PATH")
+        self.port = _free_port()
+        self.proc = Proc("redis", ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                                   "--appendonly", "no", "--dir", str(directory)], directory)  # fmt: skip
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        client = redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=0.2)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                client.ping()
+                break
+            except (redis.ConnectionError, redis.TimeoutError):
+                if time.monotonic() > deadline or self.proc.proc.poll() is not None:
+                    self.proc.stop(signal.SIGKILL)
+                    raise RuntimeError("redis-server did not start") from None
+                time.sleep(0.02)
+        self.client = client
+
+    def flush(self) -> None:
+        self.client.flushall()
+
+    def stop(self) -> None:
+        self.client.close()
+        self.proc.stop(signal.SIGTERM)
+
+
+class Cluster:
+    """A coordinator and nodes on one Redis, each a process group; every one is killed by `close`."""
+
+    def __init__(self, log_dir: Path, srv: RedisServer, log_level: str = "WARNING") -> None:
+        self.log_dir, self.redis_url, self.log_level = log_dir, srv.url, log_level
+        self.redis_pid = srv.proc.pid
+        redis_url = srv.url
+        self.procs: dict[str, Proc] = {}
+        self.addresses: dict[str, str] = {}
+        self._channels: dict[str, grpc.Channel] = {}
+        coord = self._start(
+            "coordinator",
+            "coordinator",
+            "--listen",
+            "127.0.0.1:0",
+            "--redis",
+            redis_url,
+            "--heartbeat-timeout",
+            str(HEARTBEAT_TIMEOUT_S),
+        )
+        self.coordinator = f"127.0.0.1:{coord.port()}"
+
+    def _start(self, name: str, *args: str) -> Proc:
+        cmd = [sys.executable, "-m", "coordinator.cli", "--log-level", self.log_level, *args]
+        proc = self.procs[name] = Proc(name, cmd, self.log_dir)
+        return proc
+
+    def start_nodes(self, *node_ids: str) -> dict[str, Proc]:
+        procs = {n: self._start(n, "node", "--coordinator", self.coordinator, "--id", n, "--listen", "127.0.0.1:0",
+                                "--store", self.redis_url, "--delay", "0") for n in node_ids}  # fmt: skip
+        for n, proc in procs.items():
+            self.addresses[n] = f"127.0.0.1:{proc.port()}"
+        return procs
+
+    def close(self) -> None:
+        for name in [n for n in self.procs if n != "coordinator"] + ["coordinator"]:
+            self.procs[name].stop(signal.SIGKILL)
+        for channel in self._channels.values():
+            channel.close()
+
+    def channel(self, address: str) -> grpc.Channel:
+        ch = self._channels.get(address)
+        if ch is None:
+            ch = self._channels[address] = grpc.insecure_channel(address, options=_CHANNEL_OPTIONS)
+        return ch
+
+    def ring(self) -> Ring:
+        stub = cpb_grpc.CoordinatorStub(self.channel(self.coordinator))  # type: ignore[no-untyped-call]
+        return ring_from_proto(stub.GetRing(cpb.GetRingRequest(), timeout=10))
+
+    def stub(self, node_id: str) -> pb_grpc.FrontierStub:
+        return pb_grpc.FrontierStub(self.channel(self.addresses[node_id]))  # type: ignore[no-untyped-call]
+
+    def epoch_of(self, node_id: str) -> int:
+        return int(self.stub(node_id).Stats(pb.StatsRequest(), timeout=10).ring_epoch)
+
+    def serving(self, node_id: str) -> bool:
+        stub = health_pb2_grpc.HealthStub(self.channel(self.addresses[node_id]))
+        return bool(stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=10).status == _SERVING)
+
+    def settled(self, members: set[str]) -> Ring | None:
+        try:
+            ring = self.ring()
+            if set(ring.members) != members:
+                return None
+            for n in members:
+                if self.epoch_of(n) != ring.epoch or not self.serving(n):
+                    return None
+        except grpc.RpcError:
+            return None
+        return ring
+
+    def wait(self, predicate: Callable[[], Any], what: str, timeout: float = SETTLE_TIMEOUT_S) -> Any:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            value = predicate()
+            if value:
+                return value
+            time.sleep(POLL_S)
+        raise RuntimeError(
+            f"timed out after {timeout}s waiting for {what}\n"
+            + "\n".join(f"--- {n}\n{p.log()[-1500:]}" for n, p in self.procs.items())
+        )
+
+    def handoffs(self, node_id: str) -> dict[int, dict[str, float]]:
+        """epoch -> the node's own handoff line: members, released, adopted, seconds."""
+        out = {}
+        for msg in log_messages(self.procs[node_id].log()):
+            m = _HANDOFF.search(msg)
+            if m:
+                out[int(m.group(1))] = {
+                    "members": int(m.group(2)),
+                    "released": int(m.group(3)),
+                    "adopted": int(m.group(4)),
+                    "seconds": float(m.group(5)),
+                }
+        return out
+
+
+@contextlib.contextmanager
+def cluster(log_dir: Path, srv: RedisServer, node_ids: Sequence[str], log_level: str = "WARNING") -> Iterator[Cluster]:
+    c = Cluster(log_dir, srv, log_level)
+    try:
+        c.start_nodes(*node_ids)
+        c.wait(lambda: c.settled(set(node_ids)), f"the ring to settle on {list(node_ids)}")
+        yield c
+    finally:
+        c.close()
+
+
+# ====================================================================== client helpers
+
+
+def url(u: int, hosts: int) -> str:
+    return f"http://site{u % hosts}.com/p/{u}"
+
+
+def route(ring: Ring, urls: Sequence[str]) -> dict[str, list[str]]:
+    """node id -> its URLs, by the ring owner of each URL's registrable domain (as the worker routes)."""
+    out: dict[str, list[str]] = {}
+    for u in urls:
+        owner = ring.owner(identify(u).domain)
+        assert owner is not None
+        out.setdefault(owner.node_id, []).append(u)
+    return out
+
+
+def _run_threads(targets: Sequence[Callable[[], None]]) -> None:
+    errors: list[BaseException] = []
+
+    def guarded(fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=guarded, args=(fn,)) for fn in targets]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
+class CpuWatch:
+    """Wall seconds and the CPU seconds of this process and of given pids over a `with` block."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = pids
+        self.wall = 0.0
+        self.cpu: dict[str, float] = {}
+
+    def __enter__(self) -> CpuWatch:
+        self._t = time.perf_counter()
+        self._c = {"client": cpu_seconds(), **{n: cpu_seconds(p) for n, p in self.pids.items()}}
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.wall = time.perf_counter() - self._t
+        now = {"client": cpu_seconds(), **{n: cpu_seconds(p) for n, p in self.pids.items()}}
+        self.cpu = {n: round(now[n] - self._c[n], 3) for n in now}
+
+
+def discover_all(c: Cluster, ring: Ring, urls: Sequence[str], w: Workload) -> dict[str, Any]:
+    """Send `urls` to their owners in batches, `streams_per_node` threads per node; timed, with CPU per process."""
+    t0 = time.perf_counter()
+    routed = route(ring, urls)
+    routing_s = time.perf_counter() - t0
+    payloads = {
+        n: [pb.DiscoverRequest(links=[pb.Link(observed=u) for u in us[i : i + w.batch]], worker_id="bench")
+            .SerializeToString() for i in range(0, len(us), w.batch)]
+        for n, us in routed.items()
+    }  # fmt: skip
+    tallies: list[Counter[int]] = []
+    targets: list[Callable[[], None]] = []
+    for n, batches in payloads.items():
+        call = c.channel(c.addresses[n]).unary_unary(
+            _DISCOVER_METHOD, request_serializer=None, response_deserializer=pb.DiscoverResponse.FromString
+        )
+        counter = itertools.count()
+        for _ in range(w.streams_per_node):
+            tally: Counter[int] = Counter()
+            tallies.append(tally)
+
+            def stream(
+                call: Any = call,
+                counter: Iterator[int] = counter,
+                batches: list[bytes] = batches,
+                tally: Counter[int] = tally,
+            ) -> None:
+                while (i := next(counter)) < len(batches):
+                    tally.update(v.verdict for v in call(batches[i], timeout=RPC_TIMEOUT_S).verdicts)
+
+            targets.append(stream)
+    with CpuWatch(_pids(c)) as cw:
+        _run_threads(targets)
+    total: Counter[int] = sum(tallies, Counter())
+    return {
+        "links": len(urls),
+        "admitted": total[pb.ADMITTED],
+        "wrong_owner": total[pb.WRONG_OWNER],
+        "other": sum(total.values()) - total[pb.ADMITTED] - total[pb.WRONG_OWNER],
+        "seconds": round(cw.wall, 3),
+        "admitted_per_s": total[pb.ADMITTED] / cw.wall,
+        "admitted_per_node_cpu_s": total[pb.ADMITTED] / _node_cpu(cw.cpu),
+        "links_per_node": {n: len(us) for n, us in routed.items()},
+        "routing_links_per_s_client": len(urls) / routing_s if routing_s else 0.0,
+        "cpu_s": cw.cpu,
+    }
+
+
+def _node_cpu(cpu: dict[str, float]) -> float:
+    """CPU seconds of the node processes together (at least a millisecond)."""
+    return max(0.001, sum(v for n, v in cpu.items() if re.fullmatch(r"n\d+", n)))
+
+
+def _pids(c: Cluster) -> dict[str, int]:
+    pids = {n: p.pid for n, p in c.procs.items() if p.proc.poll() is None}
+    pids["redis"] = c.redis_pid
+    return pids
+
+
+def _outcome(item: pb.LeaseItem, n: int) -> pb.CompleteRequest:
+    if item.kind == pb.ROBOTS:
+        outcome = pb.Outcome(status=404, retry_after_s=-1)
+    else:
+        outcome = pb.Outcome(
+            status=200,
+            retry_after_s=-1,
+            content_type="text/html",
+            bytes=20_000,
+            body_digest=f"sha256:{n:064x}",
+            simhash=(n * 0x9E3779B97F4A7C15) & (2**64 - 1) or 1,
+        )
+    return pb.CompleteRequest(lease_id=item.lease_id, generation=item.generation, outcome=outcome, worker_id="bench")
+
+
+def lease_complete_all(c: Cluster, w: Workload) -> dict[str, Any]:
+    """Robots first on every node (untimed), then Lease+Complete on every node at once until lease_pages are done."""
+    seq = itertools.count(1)
+    robots = 0
+    for n in c.addresses:
+        stub = c.stub(n)
+        while True:
+            items = stub.Lease(pb.LeaseRequest(worker_id="bench", max_items=w.lease_batch), timeout=RPC_TIMEOUT_S).items
+            robots_items = [it for it in items if it.kind == pb.ROBOTS]
+            futures = [stub.Complete.future(_outcome(it, next(seq)), timeout=RPC_TIMEOUT_S) for it in items]
+            for f in futures:
+                f.result()
+            robots += len(robots_items)
+            if not robots_items:
+                break
+    lock = threading.Lock()
+    done = Counter[str]()
+    refused = [0]
+    targets: list[Callable[[], None]] = []
+    for n in c.addresses:
+        stub = c.stub(n)
+        for s in range(w.streams_per_node):
+
+            def stream(stub: pb_grpc.FrontierStub = stub, n: str = n, worker: str = f"bench-{n}-{s}") -> None:
+                while True:
+                    with lock:
+                        if sum(done.values()) >= w.lease_pages:
+                            return
+                    req = pb.LeaseRequest(worker_id=worker, max_items=w.lease_batch)
+                    items = stub.Lease(req, timeout=RPC_TIMEOUT_S).items
+                    if not items:
+                        return
+                    futures = [stub.Complete.future(_outcome(it, next(seq)), timeout=RPC_TIMEOUT_S) for it in items]
+                    accepted = sum(1 for f in futures if f.result().accepted)
+                    with lock:
+                        done[n] += accepted
+                        refused[0] += len(items) - accepted
+
+            targets.append(stream)
+    with CpuWatch(_pids(c)) as cw:
+        _run_threads(targets)
+    total = sum(done.values())
+    return {
+        "urls": total,
+        "refused": refused[0],
+        "seconds": round(cw.wall, 3),
+        "urls_per_s": total / cw.wall,
+        "urls_per_node_cpu_s": total / _node_cpu(cw.cpu),
+        "urls_per_node": dict(done),
+        "robots_completed_untimed": robots,
+        "cpu_s": cw.cpu,
+    }
+
+
+# ====================================================================== the figures
+
+
+def membership_figures(tmp: Path, srv: RedisServer, w: Workload) -> dict[str, Any]:
+    """Join, SIGTERM leave and SIGKILL failure on a populated 3-node cluster."""
+    srv.flush()
+    out: dict[str, Any] = {}
+    judge = RedisStore(redis.Redis.from_url(srv.url), node_id="bench-judge", epoch=0)
+    try:
+        with cluster(tmp, srv, ["n1", "n2", "n3"], log_level="INFO") as c:
+            ring3 = c.ring()
+            urls = [url(u, w.hosts) for u in range(w.hosts * w.urls_per_host_membership)]
+            populated = discover_all(c, ring3, urls, w)
+            domains = sorted(judge.all_domains())
+            out["domains"] = len(domains)
+            out["urls"] = populated["admitted"]
+
+            # -- join
+            t0 = time.perf_counter()
+            c.start_nodes("n4")
+            t_port = time.perf_counter() - t0
+            c.wait(lambda: "n4" in c.ring().members, "n4 to register")
+            t_registered = time.perf_counter() - t0
+            ring4 = c.wait(lambda: c.settled({"n1", "n2", "n3", "n4"}), "the join to settle")
+            t_settled = time.perf_counter() - t0
+            moved = ring3.moved(ring4, domains)
+            logged = {n: c.handoffs(n).get(ring4.epoch, {}) for n in ("n1", "n2", "n3", "n4")}
+            out["join"] = {
+                "settle_s_from_process_start": round(t_settled, 3),
+                "process_start_to_port_s": round(t_port, 3),
+                "process_start_to_registered_s": round(t_registered, 3),
+                "registered_to_settled_s": round(t_settled - t_registered, 3),
+                "moved_fraction": len(moved) / len(domains),
+                "ideal_fraction": 1 / 4,
+                "moved_domains": len(moved),
+                "moved_to_new_node_only": all(new == "n4" for _, new in moved.values()),
+                "adopted_logged_by_new_node": logged["n4"].get("adopted"),
+                "released_logged": {n: logged[n].get("released") for n in ("n1", "n2", "n3")},
+                "handoff_seconds_logged": {n: logged[n].get("seconds") for n in logged},
+            }
+
+            # -- leave (SIGTERM: the node leaves the ring at once)
+            victim_domains = [d for d in domains if ring4.owns("n2", d)]
+            t0 = time.perf_counter()
+            c.procs["n2"].send(signal.SIGTERM)
+            c.wait(lambda: "n2" not in c.ring().members, "n2 to leave")
+            t_left = time.perf_counter() - t0
+            ring_left = c.wait(lambda: c.settled({"n1", "n3", "n4"}), "the leave to settle")
+            t_settled = time.perf_counter() - t0
+            pipe = judge.client.pipeline(transaction=False)
+            for d in victim_domains:
+                pipe.hget(f"{judge.namespace}:{{d:{d}}}:fence", "owner")
+            owners = Counter(o.decode() if isinstance(o, bytes) else str(o) for o in pipe.execute())
+            logged = {n: c.handoffs(n).get(ring_left.epoch, {}) for n in ("n1", "n3", "n4")}
+            out["leave_sigterm"] = {
+                "settle_s_from_signal": round(t_settled, 3),
+                "signal_to_left_ring_s": round(t_left, 3),
+                "moved_fraction": len(victim_domains) / len(domains),
+                "ideal_fraction": 1 / 4,
+                "moved_domains": len(victim_domains),
+                "fences_still_naming_leaver": owners.get("n2", 0),
+                "adopted_logged": {n: logged[n].get("adopted") for n in logged},
+                "handoff_seconds_logged": {n: logged[n].get("seconds") for n in logged},
+            }
+            c.procs["n2"].stop(signal.SIGTERM)
+
+            # -- failure (SIGKILL: the heartbeat timeout decides)
+            t0 = time.perf_counter()
+            c.procs["n3"].send(signal.SIGKILL)
+            c.wait(lambda: "n3" not in c.ring().members, "n3 to expire", timeout=HEARTBEAT_TIMEOUT_S + 30)
+            t_left = time.perf_counter() - t0
+            ring_kill = c.wait(lambda: c.settled({"n1", "n4"}), "the failure to settle")
+            t_settled = time.perf_counter() - t0
+            out["failure_sigkill"] = {
+                "settle_s_from_kill": round(t_settled, 3),
+                "kill_to_left_ring_s": round(t_left, 3),
+                "heartbeat_timeout_s": HEARTBEAT_TIMEOUT_S,
+                "moved_domains": len([d for d in domains if ring_left.owns("n3", d)]),
+                "epoch": ring_kill.epoch,
+            }
+    finally:
+        judge.client.close()
+    return out
+
+
+def throughput_figures(tmp: Path, srv: RedisServer, w: Workload) -> dict[str, Any]:
+    """Discover and Lease+Complete for each node count, each on a flushed Redis and a fresh cluster."""
+    out: dict[str, Any] = {}
+    urls = [url(u, w.hosts) for u in range(w.links)]
+    for k in w.node_counts:
+        srv.flush()
+        node_ids = [f"n{i + 1}" for i in range(k)]
+        run_dir = tmp / f"nodes-{k}"
+        run_dir.mkdir()
+        with cluster(run_dir, srv, node_ids) as c:
+            ring = c.ring()
+            disc = discover_all(c, ring, urls, w)
+            lc = lease_complete_all(c, w)
+        out[str(k)] = {"discover": disc, "lease_complete": lc}
+    return out
+
+
+def run(w: Workload) -> dict[str, Any]:
+    figures: dict[str, Any] = {"machine": machine(), "workload": w.describe()}
+    cores = figures["machine"]["cores_usable"]
+    figures["machine"]["note"] = (
+        f"every process (redis-server, coordinator, nodes, this client) shares this machine's {cores} CPUs"
+    )
+    with tempfile.TemporaryDirectory(prefix="hostring-bench-cluster-") as tmp:
+        srv = RedisServer(Path(tmp))
+        try:
+            mdir = Path(tmp) / "membership"
+            mdir.mkdir()
+            figures["membership"] = membership_figures(mdir, srv, w)
+            figures["throughput"] = throughput_figures(Path(tmp), srv, w)
+        finally:
+            srv.stop()
+    figures["machine"]["loadavg_end"] = list(os.getloadavg())
+    return figures
+
+
+def _cpu(cpu: dict[str, float]) -> str:
+    return ", ".join(f"{n} {s:.1f}" for n, s in sorted(cpu.items()) if s >= 0.05)
+
+
+def table(f: dict[str, Any]) -> str:
+    m, w, mem = f["machine"], f["workload"], f["membership"]
+    load = ", ".join(f"{x:.1f}" for x in m["loadavg_start"])
+    j, lv, fk = mem["join"], mem["leave_sigterm"], mem["failure_sigkill"]
+    lines = [
+        f"machine: {m['cores']} cores ({m['cores_usable']} usable), {m['cpu_model']}, "
+        f"{m['ram_bytes'] / 2**30:.1f} GiB, {m['python_implementation']} {m['python']}, grpcio {m['grpcio']}, "
+        f"{m['platform']}; load average {load} at the start, {m['loadavg_end'][0]:.1f} at the end",
+        f"  {m['note']}: figures for more nodes show how they divide the same cores",
+        f"workload: {w['url_shape']}",
+        f"  nodes: {w['nodes']}; coordinator: {w['coordinator']}",
+        f"  Discover: {w['links']:,} distinct links over {w['hosts']:,} hosts; {w['discover_client']}",
+        f"  Lease+Complete: {w['lease_pages']:,} pages; {w['lease_client']}",
+        "",
+        f"membership, 3 nodes holding {mem['domains']:,} domains / {mem['urls']:,} URLs in Redis:",
+        f"  join of a 4th node: moved {j['moved_fraction']:.3f} of the domains (ideal {j['ideal_fraction']:.3f}; "
+        f"{j['moved_domains']:,}, all to the new node: {j['moved_to_new_node_only']}, new node logged "
+        f"{j['adopted_logged_by_new_node']} adopted)",
+        f"    settled {j['settle_s_from_process_start']:.2f}s after the process started (port after "
+        f"{j['process_start_to_port_s']:.2f}s, in the ring after {j['process_start_to_registered_s']:.2f}s, "
+        f"every node at the new epoch and SERVING {j['registered_to_settled_s']:.2f}s later); handoff work as "
+        f"logged: {j['handoff_seconds_logged']}",
+        f"  leave (SIGTERM): moved {lv['moved_fraction']:.3f} ({lv['moved_domains']:,} domains); out of the ring "
+        f"{lv['signal_to_left_ring_s']:.2f}s after the signal, adopted by the survivors "
+        f"{lv['settle_s_from_signal']:.2f}s after it; fences still naming it: {lv['fences_still_naming_leaver']}; "
+        f"handoff work as logged: {lv['handoff_seconds_logged']}",
+        f"  failure (SIGKILL, heartbeat timeout {fk['heartbeat_timeout_s']}s): out of the ring "
+        f"{fk['kill_to_left_ring_s']:.2f}s after the kill, {fk['moved_domains']:,} domains adopted "
+        f"{fk['settle_s_from_kill']:.2f}s after it",
+        "",
+        f"{'nodes':>5} {'Discover admitted/s':>20} {'per node CPU-s':>15} {'Lease+Complete URLs/s':>22} "
+        f"{'per node CPU-s':>15}   CPU seconds by process (Discover | Lease+Complete)",
+    ]  # fmt: skip
+    for k, t in f["throughput"].items():
+        d, lc = t["discover"], t["lease_complete"]
+        lines.append(
+            f"{k:>5} {d['admitted_per_s']:>20,.0f} {d['admitted_per_node_cpu_s']:>15,.0f} {lc['urls_per_s']:>22,.0f} "
+            f"{lc['urls_per_node_cpu_s']:>15,.0f}   {_cpu(d['cpu_s'])} | {_cpu(lc['cpu_s'])}"
+        )
+    first = next(iter(f["throughput"].values()))["discover"]
+    lines.append(
+        f"(client-side routing by ring, identify() + owner(): {first['routing_links_per_s_client']:,.0f} "
+        "links/s on one core, not in the figures above)"
+    )
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.cluster", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    parser.add_argument("--quick", action="store_true", help="a short run: 1k hosts, 10k links, 3k pages")
+    args = parser.parse_args(argv)
+    figures = run(QUICK if args.quick else Workload())
+    print(json.dumps(figures, indent=2) if args.json else table(figures))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""The coverage report of a crawl read straight from its SQLite store, without starting a node.
+
+`hostring report --store sqlite:///PATH` uses it on a finished crawl, or on a running one: the file is opened
+read-only and read inside one transaction, so items and journal come from one consistent snapshot and the
+node writing it is not disturbed. The counts are `frontier_node.report.coverage_report`'s own (it is given a
+read-only view of the store), and the journal adds what only it knows: how many times each identity was
+leased, and whether its last journal entry agrees with its current state.
+
+What only a live node knows is absent: links suppressed by a budget and Discover verdicts are counters in the
+node's memory, never stored (`not_in_store` names those fields; `hostring report --node` has them).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+from frontier_node.core.records import Item, Kind
+from frontier_node.core.states import State
+from frontier_node.report import coverage_report
+from frontier_node.store.sqlite import ITEM_COLUMNS
+
+if TYPE_CHECKING:
+    from frontier_node.core.frontier import Frontier
+
+NOT_IN_STORE = ("suppressed_by_rule", "discovered_by_verdict")
+_EXAMPLES = 10
+
+
+class StoreReadError(RuntimeError):
+    """The path is not a readable hostring SQLite store."""
+
+
+def store_path(url: str) -> Path:
+    """The file of a `sqlite:///PATH` store URL (a bare path is accepted too)."""
+    if url.startswith("sqlite:///"):
+        return Path(url[len("sqlite:///"):])
+    if "://" in url:
+        raise StoreReadError(f"only sqlite:///PATH stores can be read offline, not {url!r}")
+    return Path(url)
+
+
+@dataclass
+class _Items:
+    """The store part of the view: `items()` in first-write order, like the live store."""
+
+    rows: list[Item]
+
+    def items(self) -> Iterator[Item]:
+        return iter(self.rows)
+
+
+@dataclass
+class _NoBudgets:
+    """Budget breaches live in a node's memory only."""
+
+    def report(self) -> list[dict[str, object]]:
+        return []
+
+
+@dataclass
+class _StoreView:
+    """What coverage_report reads of a Frontier, filled from the store file."""
+
+    store: _Items
+    run_id: str
+    budgets: _NoBudgets = field(default_factory=_NoBudgets)
+    verdicts: Counter[tuple[str, str]] = field(default_factory=Counter)
+
+
+def _item(row: tuple[Any, ...]) -> Item:
+    values = dict(zip(ITEM_COLUMNS, row, strict=True))
+    values["kind"] = Kind(values["kind"])
+    values["state"] = State(values["state"])
+    return Item(**values)
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    if not path.is_file():
+        raise StoreReadError(f"no store at {path}")
+    try:
+        con = sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True, timeout=10, isolation_level=None)
+        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.DatabaseError as e:
+        raise StoreReadError(f"{path}: not a readable SQLite store: {e}") from e
+    if not {"items", "journal", "meta"} <= tables:
+        con.close()
+        raise StoreReadError(f"{path}: not a hostring store (tables {sorted(tables)})")
+    return con
+
+
+def store_report(path: Path, *, dispositions: bool = False) -> dict[str, Any]:
+    """The coverage report of the store at `path`, plus journal-derived attempts and a consistency check."""
+    con = _connect(path)
+    try:
+        con.execute("BEGIN")  # one read snapshot for items, journal and meta
+        run_row = con.execute("SELECT value FROM meta WHERE name = 'run_id'").fetchone()
+        items = [_item(r) for r in con.execute(f"SELECT {', '.join(ITEM_COLUMNS)} FROM items ORDER BY rowid")]
+        leases = Counter(dict(con.execute("SELECT key, COUNT(*) FROM journal WHERE event = 'lease' GROUP BY key")))
+        last = dict(con.execute(
+            "SELECT j.key, j.to_state FROM journal j JOIN (SELECT key, MAX(seq) AS seq FROM journal GROUP BY key) m "
+            "ON j.key = m.key AND j.seq = m.seq"))
+        entries = con.execute("SELECT COUNT(*) FROM journal").fetchone()[0]
+        con.execute("COMMIT")
+    except sqlite3.DatabaseError as e:
+        raise StoreReadError(f"{path}: cannot read the store: {e}") from e
+    finally:
+        con.close()
+    view = _StoreView(_Items(items), str(run_row[0]) if run_row else "")
+    report = coverage_report(cast("Frontier", view), dispositions=dispositions)
+    for name in NOT_IN_STORE:
+        del report[name]
+    pages = [it for it in items if it.kind is Kind.PAGE and it.state is not State.REJECTED]
+    per_page = {it.key: leases.get(it.key, 0) for it in pages}
+    if dispositions:
+        for row in report["dispositions"]:
+            row["leases"] = per_page.get(row["key"], 0)
+    most = sorted(((n, k) for k, n in per_page.items() if n > 1), reverse=True)[:_EXAMPLES]
+    report["attempts"] = {
+        "leases_per_identity": {str(n): c for n, c in sorted(Counter(per_page.values()).items())},
+        "leased_more_than_once": sum(1 for n in per_page.values() if n > 1),
+        "most_leased": [{"key": k, "leases": n} for n, k in most],
+    }
+    disagree = [it for it in items if last.get(it.key, it.state.value) != it.state.value]
+    report["journal"] = {
+        "entries": entries,
+        "disagreeing_items": len(disagree),
+        "examples": [{"key": it.key, "state": it.state.value, "journal": last[it.key]} for it in disagree[:5]],
+    }
+    report["source"] = {"store": str(path), "read_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    report["not_in_store"] = list(NOT_IN_STORE)
+    return report

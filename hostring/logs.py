@@ -1,0 +1,100 @@
+"""Logging set-up shared by every hostring process: readable text on a terminal, one JSON object per line otherwise.
+
+A JSON line carries `ts` (UTC, RFC 3339 with milliseconds), `level`, `logger`, `msg`, the crawl's `run_id` when
+the process knows it, the fields bound with `bind()` (`node`, `worker`, ...) and `exc` with the traceback when
+an exception is logged. Log collectors (Docker, Kubernetes, Loki, ...) read them without parsing rules.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, TextIO
+
+FORMATS = ("auto", "text", "json")
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+_CHATTY = ("httpx", "httpcore", "hpack")
+
+_fields: dict[str, str] = {}
+_run_id_getter: Callable[[], str] | None = None
+
+
+def bind(**fields: str) -> None:
+    """Add fields to every later JSON line of this process (e.g. `node="node-1"`); an empty value removes one."""
+    for name, value in fields.items():
+        if value:
+            _fields[name] = str(value)
+        else:
+            _fields.pop(name, None)
+
+
+def set_run_id_getter(getter: Callable[[], str] | None) -> None:
+    """Where the `run_id` field comes from (called per line: the run id may only be known after start-up)."""
+    global _run_id_getter
+    _run_id_getter = getter
+
+
+def _run_id() -> str:
+    if _run_id_getter is None:
+        return _fields.get("run_id", "")
+    try:
+        return _run_id_getter()
+    except Exception:  # a getter must never break logging
+        return ""
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record, on one line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "level": record.levelname,
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        run_id = _run_id()
+        if run_id:
+            out["run_id"] = run_id
+        for name, value in _fields.items():
+            if name != "run_id":
+                out.setdefault(name, value)
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        elif record.exc_text:
+            out["exc"] = record.exc_text
+        if record.stack_info:
+            out["stack"] = self.formatStack(record.stack_info)
+        return json.dumps(out, ensure_ascii=False, default=str)
+
+
+def resolve_format(fmt: str, stream: TextIO | None = None) -> str:
+    """'text' or 'json' for a --log-format value: 'auto' is text on a terminal and JSON otherwise."""
+    if fmt not in FORMATS:
+        raise ValueError(f"log format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+    if fmt != "auto":
+        return fmt
+    s = stream or sys.stderr
+    try:
+        return "text" if s.isatty() else "json"
+    except (AttributeError, ValueError):
+        return "json"
+
+
+def setup_logging(level: str | int = "INFO", json: bool = False, run_id_getter: Callable[[], str] | None = None,
+                  *, stream: TextIO | None = None) -> None:
+    """Configure the root logger once for the process (replacing any handlers), and quiet the HTTP client's logs."""
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(JsonFormatter() if json else logging.Formatter(TEXT_FORMAT))
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level)
+    if run_id_getter is not None:
+        set_run_id_getter(run_id_getter)
+    for chatty in _CHATTY:
+        logging.getLogger(chatty).setLevel(max(logging.WARNING, root.level))
