@@ -117,7 +117,7 @@ def _scope_entries(path: str | None) -> list[str]:
 
 
 def cmd_node(args: argparse.Namespace) -> int:
-    from frontier_node.server import serve_forever, start_node
+    from frontier_node.server import serve_forever, start_node, stop_signals
 
     if args.scope == "list" and not args.scope_file:
         raise SystemExit("hostring: --scope list needs --scope-file")
@@ -141,8 +141,9 @@ def cmd_node(args: argparse.Namespace) -> int:
     frontier = node.service.frontier
     logs.set_run_id_getter(lambda: frontier.run_id)
     metrics = f", metrics on port {node.metrics_port}" if node.metrics_port is not None else ""
+    done = stop_signals()  # before the announcement: a SIGTERM right after it must still stop cleanly
     print(f"hostring node {args.id} listening on port {node.port} (store {args.store}{metrics})", flush=True)
-    serve_forever(node)
+    serve_forever(node, done)
     return 0
 
 

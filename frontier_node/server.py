@@ -171,11 +171,16 @@ def _ticker(service: FrontierService, stop: threading.Event) -> None:
             service.cond.notify_all()
 
 
-def serve_forever(node: RunningNode) -> None:
-    """Block until SIGTERM or SIGINT, then stop gracefully."""
+def stop_signals() -> threading.Event:
+    """An event set by SIGTERM or SIGINT; install it before announcing readiness so no signal is missed."""
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())
-    done.wait()
+    return done
+
+
+def serve_forever(node: RunningNode, done: threading.Event | None = None) -> None:
+    """Block until SIGTERM or SIGINT (or `done`), then stop gracefully."""
+    (done or stop_signals()).wait()
     log.info("stopping node")
     node.stop()
