@@ -17,7 +17,9 @@ from hostring.v1 import frontier_pb2_grpc as pb_grpc
 log = logging.getLogger("hostring.worker")
 
 DISCOVER_BATCH = 256
-_ROUNDS = 6
+# How long links wait for an owner: longer than a heartbeat timeout, so a node that died (and still stands in
+# the ring until the coordinator notices) does not make its links vanish.
+ROUTE_DEADLINE_S = 120.0
 
 
 class Router(Protocol):
@@ -76,9 +78,11 @@ class NodeClients:
             await channel.close(None)
 
     async def route(self, links: Sequence[pb.Link]) -> int:
-        """Send links to the owners of their domains; the number that found no owner after every retry."""
+        """Send links to the owners of their domains; the number that found no owner by the deadline."""
         pending = list(links)
-        for round_ in range(_ROUNDS):
+        deadline = asyncio.get_running_loop().time() + ROUTE_DEADLINE_S
+        round_ = 0
+        while True:
             by_owner: dict[str, list[pb.Link]] = {}
             try:
                 for link in pending:
@@ -105,10 +109,13 @@ class NodeClients:
             if not retry:
                 return 0
             pending = retry
-            await asyncio.sleep(0.1 * 2**round_)
+            if asyncio.get_running_loop().time() >= deadline:
+                break
+            await asyncio.sleep(min(2.0, 0.1 * 2**round_))
+            round_ += 1
             try:
                 await self.router.refresh()
             except Exception as e:  # the coordinator may be restarting: keep the links and try again
                 log.warning("ring refresh failed: %s", e)
-        log.error("%d links found no owner after %d rounds", len(pending), _ROUNDS)
+        log.error("%d links found no owner within %.0f s", len(pending), ROUTE_DEADLINE_S)
         return len(pending)

@@ -5,6 +5,11 @@ forgets the domains it lost (their state stays in the shared store), then adopts
 claiming each one's fence at the new epoch — from then on the previous owner's writes are refused — and
 loading the rows into the core. Leased rows keep their deadlines, so a host busy at the old owner is not
 leased again before that fetch ends or expires, and adopted hosts rest one delay before their next request.
+
+A write refused by a newer owner's fence means the node lost a domain before its ring said so: it lets go
+of the domain at once and answers wrong-owner for it until the next ring. A domain first written during a
+handoff window (by an owner that had not yet seen the new ring) is picked up by `catch_up`, which the node
+runs periodically.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from frontier_node.core.frontier import Frontier
 from frontier_node.store.redis import RedisStore
@@ -33,12 +38,14 @@ class Slice:
         self.ring: Ring = EMPTY_RING
         self.frontier: Frontier | None = None
         self.on_ready = on_ready
+        self.fenced: set[str] = set()
         self.handoffs = 0
         self.moved_in = 0
         self.moved_out = 0
+        self._known = 0
 
     def owns(self, domain: str) -> bool:
-        return self.ring.owns(self.node_id, domain)
+        return domain not in self.fenced and self.ring.owns(self.node_id, domain)
 
     def epoch(self) -> int:
         return self.ring.epoch
@@ -53,22 +60,55 @@ class Slice:
         with self.lock:
             self.store.flush()
             self.ring = ring
-            me = self.node_id
-            lost = {d for d in frontier.domains if not ring.owns(me, d)}
-            counts: Counter[str] = Counter()
-            for domain in lost:
-                counts.update(self.store.domain_counts(domain))
-            frontier.release(lost, dict(counts))
-            gained = sorted(d for d in self.store.all_domains() if ring.owns(me, d) and d not in frontier.domains)
-            for domain in gained:
-                adopted = self.store.adopt_domain(domain, ring.epoch)
-                frontier.adopt(adopted.items, adopted.robots)
-                frontier.domains.add(domain)
-            self.store.flush()
+            self.fenced.clear()
+            lost = {d for d in frontier.domains if not ring.owns(self.node_id, d)}
+            frontier.release(lost)
+            gained = self._adopt_owned()
+            self._recount()
             self.lock.notify_all()
         self.handoffs += 1
-        self.moved_in += len(gained)
+        self.moved_in += gained
         self.moved_out += len(lost)
         log.info("ring epoch %d: %d members, released %d domains, adopted %d, in %.3fs", ring.epoch,
-                 len(ring.members), len(lost), len(gained), time.monotonic() - t0)
-        self.on_ready(me in ring.members)
+                 len(ring.members), len(lost), gained, time.monotonic() - t0)
+        self.on_ready(self.node_id in ring.members)
+
+    def let_go(self, domains: Iterable[str]) -> None:
+        """A newer owner's fence refused our writes for `domains`: forget them now (the service lock is held)."""
+        assert self.frontier is not None
+        domains = set(domains)
+        self.fenced |= domains
+        self.frontier.release(domains)
+        self._recount()
+        self.moved_out += len(domains)
+
+    def catch_up(self) -> int:
+        """Adopt domains this node owns but does not hold (first written during a handoff); how many."""
+        if self.frontier is None or not self.ring.members:
+            return 0
+        with self.lock:
+            gained = self._adopt_owned()
+            if gained:
+                self._recount()
+                self.moved_in += gained
+                self.lock.notify_all()
+        if gained:
+            log.info("ring epoch %d: adopted %d domain(s) written during a handoff", self.ring.epoch, gained)
+        return gained
+
+    def _adopt_owned(self) -> int:
+        frontier = self.frontier
+        assert frontier is not None
+        domains = self.store.all_domains()
+        self._known = len(domains)
+        gained = sorted(d for d in domains if self.owns(d) and d not in frontier.domains)
+        for domain in gained:
+            adopted = self.store.adopt_domain(domain, self.ring.epoch)
+            frontier.adopt(adopted.items, adopted.robots)
+            frontier.domains.add(domain)
+        return len(gained)
+
+    def _recount(self) -> None:
+        """Per-state totals from the store's counters of the held domains: exact after writes were refused."""
+        assert self.frontier is not None
+        self.frontier.state_counts = Counter(self.store.counts_by_state())

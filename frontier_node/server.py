@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import time
 from collections.abc import Sequence
 from concurrent import futures
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from hostring.v1 import frontier_pb2_grpc as pb_grpc
 log = logging.getLogger("hostring.node")
 
 _TICK_S = 0.2
+_CATCH_UP_S = 2.0
 _SERVICE = frontier_pb2.DESCRIPTOR.services_by_name["Frontier"].full_name
 
 
@@ -136,7 +138,7 @@ def start_node(
         health_servicer.set(name, not_serving if clustered else serving)
     server.start()
     stop = threading.Event()
-    threading.Thread(target=_ticker, args=(service, stop), name="ticker", daemon=True).start()
+    threading.Thread(target=_ticker, args=(service, stop, slice_), name="ticker", daemon=True).start()
     membership = None
     if slice_ is not None:
 
@@ -145,6 +147,7 @@ def start_node(
                 health_servicer.set(name, serving if owned else not_serving)
 
         slice_.on_ready = ready
+        service.on_fenced = slice_.let_go
         address = advertise or f"127.0.0.1:{port}"
         membership = NodeMembership(coordinator, node_id, address, weight, on_ring=slice_.apply, tls=tls,
                                     admin_token=admin_token).start()
@@ -159,9 +162,19 @@ def _transport(tls: TlsConfig, admin_token: str | None) -> str:
     return f"{mode}, admin calls {'need the token' if admin_token else 'open: no admin token set'}"
 
 
-def _ticker(service: FrontierService, stop: threading.Event) -> None:
-    """Expire leases and release due retries even when no call arrives, and wake waiting Lease calls."""
+def _ticker(service: FrontierService, stop: threading.Event, slice_: Slice | None = None) -> None:
+    """Expire leases and release due retries even when no call arrives, and wake waiting Lease calls.
+
+    In a cluster, every few seconds also adopt domains this node owns but does not hold yet.
+    """
+    last_catch_up = time.monotonic()
     while not stop.wait(_TICK_S):
+        if slice_ is not None and time.monotonic() - last_catch_up > _CATCH_UP_S:
+            last_catch_up = time.monotonic()
+            try:
+                slice_.catch_up()
+            except Exception:
+                log.exception("catch-up adoption failed; the next one tries again")
         with service.cond:
             try:
                 service.frontier.tick()

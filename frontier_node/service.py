@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -19,6 +20,8 @@ from frontier_node.store.redis import FencedOut
 from hostring.urls import UrlRejected, identify
 from hostring.v1 import frontier_pb2 as pb
 from hostring.v1 import frontier_pb2_grpc as pb_grpc
+
+log = logging.getLogger("hostring.node")
 
 _MAX_LEASE_ITEMS = 1000
 _MAX_WAIT_S = 30.0
@@ -40,10 +43,16 @@ class FrontierService(pb_grpc.FrontierServicer):
         self.epoch = epoch
         self.cond = lock or threading.Condition()
         self.store_timer: StoreTimer | None = None
+        self.on_fenced: Callable[[set[str]], None] = lambda domains: None
         self.waiting = 0
 
-    def _commit(self, context: grpc.ServicerContext) -> None:
-        """Make the call's writes durable before answering; a domain fenced by a newer owner answers wrong-owner."""
+    def _commit(self) -> set[str]:
+        """Make the call's writes durable before answering; the domains whose writes a newer owner refused.
+
+        The other domains' writes have landed (each domain is written atomically on its own), so the caller
+        answers per link or per lease: what fell in a refused domain goes back as wrong-owner or forward.
+        The node lets go of those domains at once, before its ring catches up with the new owner's.
+        """
         try:
             if self.store_timer is None:
                 self.frontier.store.flush()
@@ -51,19 +60,26 @@ class FrontierService(pb_grpc.FrontierServicer):
                 with self.store_timer:
                     self.frontier.store.flush()
         except FencedOut as e:
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"wrong_owner: {e}")
+            fenced = {e.domain, *(o.domain for o in e.others)}
+            log.warning("writes for %d domain(s) refused by a newer owner: %s", len(fenced), sorted(fenced)[:5])
+            self.on_fenced(fenced)
+            return fenced
+        return set()
 
     # ------------------------------------------------------------------ hot path
 
     def Discover(self, request: pb.DiscoverRequest, context: grpc.ServicerContext) -> pb.DiscoverResponse:
         with self.cond:
             verdicts = self.frontier.discover(request.links)
-            self._commit(context)
+            fenced = self._commit()
             self._wake_leases()
         resp = pb.DiscoverResponse(ring_epoch=self.epoch())
         add = resp.verdicts.add
         for v in verdicts:
-            add(verdict=int(v.verdict), reason=v.reason, fetch_key=v.fetch_key, domain=v.domain)
+            if fenced and v.domain in fenced:
+                add(verdict=pb.WRONG_OWNER, reason="wrong_owner", fetch_key=v.fetch_key, domain=v.domain)
+            else:
+                add(verdict=int(v.verdict), reason=v.reason, fetch_key=v.fetch_key, domain=v.domain)
         return resp
 
     def Lease(self, request: pb.LeaseRequest, context: grpc.ServicerContext) -> pb.LeaseResponse:
@@ -75,7 +91,8 @@ class FrontierService(pb_grpc.FrontierServicer):
             while True:
                 items = self.frontier.lease(request.worker_id, want)
                 if items:
-                    self._commit(context)
+                    fenced = self._commit()
+                    items = [it for it in items if it.domain not in fenced] if fenced else items
                     break
                 remaining = give_up_at - time.monotonic()
                 if remaining <= 0 or self.frontier.drained or not context.is_active():
@@ -105,35 +122,38 @@ class FrontierService(pb_grpc.FrontierServicer):
 
     def Complete(self, request: pb.CompleteRequest, context: grpc.ServicerContext) -> pb.CompleteResponse:
         with self.cond:
-            resp = self._complete_one(request, context)
-            if resp.wrong_owner:
-                context.abort(
-                    grpc.StatusCode.FAILED_PRECONDITION,
-                    f"wrong_owner: this node does not own the domain of {request.lease_id!r} at epoch {self.epoch()}",
-                )
-            self._commit(context)
+            resp, domain = self._complete_one(request, context)
+            if not resp.wrong_owner:
+                self._settle([(request, resp, domain)], self._commit())
             self._wake_leases()
+        if resp.wrong_owner:
+            context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"wrong_owner: this node does not own the domain of {request.lease_id!r} at epoch {self.epoch()}",
+            )
         return resp
 
     def CompleteBatch(
         self, request: pb.CompleteBatchRequest, context: grpc.ServicerContext
     ) -> pb.CompleteBatchResponse:
         with self.cond:
-            results = [self._complete_one(c, context) for c in request.completions]
-            self._commit(context)
+            done = [(c, *self._complete_one(c, context)) for c in request.completions]
+            self._settle(done, self._commit())
             self._wake_leases()
-        return pb.CompleteBatchResponse(results=results)
+        return pb.CompleteBatchResponse(results=[resp for _, resp, _ in done])
 
-    def _complete_one(self, request: pb.CompleteRequest, context: grpc.ServicerContext) -> pb.CompleteResponse:
+    def _complete_one(
+        self, request: pb.CompleteRequest, context: grpc.ServicerContext
+    ) -> tuple[pb.CompleteResponse, str]:
         """Settle one lease (the lock is held); a domain this node does not own answers wrong_owner."""
         if not request.lease_id:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "lease_id is required")
         item = self.frontier.leased.get(request.lease_id)
         domain = item.domain if item is not None else key_domain(request.lease_id)
         if not self.frontier.owns(domain):
-            return pb.CompleteResponse(accepted=False, wrong_owner=True, reason="wrong_owner")
+            return pb.CompleteResponse(accepted=False, wrong_owner=True, reason="wrong_owner"), domain
         done = self.frontier.complete(request.lease_id, request.generation, request.outcome, request.links)
-        return pb.CompleteResponse(
+        resp = pb.CompleteResponse(
             accepted=done.accepted,
             state=done.state,
             follow_links=done.follow_links,
@@ -141,6 +161,22 @@ class FrontierService(pb_grpc.FrontierServicer):
             admitted=done.admitted,
             forward=done.forward,
         )
+        return resp, domain
+
+    def _settle(self, done: list[tuple[pb.CompleteRequest, pb.CompleteResponse, str]], fenced: set[str]) -> None:
+        """After a partly refused commit: a lease in a refused domain answers wrong-owner (its new owner still
+        holds it leased and settles the re-sent Complete); links that fell in refused domains go back as forward.
+        """
+        if not fenced:
+            return
+        for request, resp, domain in done:
+            if resp.wrong_owner:
+                continue
+            if domain in fenced:
+                resp.Clear()
+                resp.wrong_owner, resp.reason = True, "wrong_owner"
+            elif resp.follow_links:
+                resp.forward.extend(link for link in request.links if _link_domain(link) in fenced)
 
     def _wake_leases(self) -> None:
         """Wake Lease calls waiting for work, if any wait (notify_all on every call is measurable)."""
@@ -152,7 +188,7 @@ class FrontierService(pb_grpc.FrontierServicer):
     def Stats(self, request: pb.StatsRequest, context: grpc.ServicerContext) -> pb.StatsResponse:
         with self.cond:
             s = self.frontier.stats()
-            owned = len({h.domain for h in self.frontier.hosts.values()})
+            owned = len(self.frontier.domains)
         return pb.StatsResponse(
             node_id=self.node_id,
             ring_epoch=self.epoch(),
@@ -266,6 +302,13 @@ class FrontierService(pb_grpc.FrontierServicer):
             fetched=host.fetched,
             errors=host.errors,
         )
+
+
+def _link_domain(link: pb.Link) -> str:
+    try:
+        return identify(link.observed, link.base_url).domain
+    except UrlRejected:
+        return ""
 
 
 def _lease_item(item: Item) -> pb.LeaseItem:

@@ -7,6 +7,16 @@ journals in Redis (read with `RedisStore.export_domain`, writers and epochs incl
 page was fetched twice, and the nodes' own reports (`Report` RPC, `hostring status`) are the judge of who owns
 which domain, checked against the ring math of `hostring.ring.Ring`.
 
+Tests:
+- test_cluster_join_and_sigkill_during_crawl (slow, ~20 s): 3 nodes + 3 workers crawl 32 origins; a 4th node
+  joins at 15% of the crawl, one node is SIGKILLed at 40%; politeness, coverage, double fetches, ownership moves,
+  `hostring status`, fences. Checks that need not stop the run are collected and reported together at the end,
+  after a timeline (printed; pytest shows it when the test fails).
+- test_two_nodes_route_links_to_owners (slow, ~5 s): 2 nodes + 1 worker, 8 origins; exactly once, owners only.
+- handoff races, in process (~1-6 s): the window where the new owner has applied a ring and the old owner has not,
+  entered deterministically: state counts after a fenced write, a domain created in the window, and the links of
+  a completion whose flush was partly fenced.
+
 Only servers started here on 127.0.0.0/8 are contacted. Every wait is bounded.
 
 Redis: the session's `redis_url` fixture (a throwaway redis-server unless $REDIS_URL is set). The node CLI has
@@ -45,7 +55,6 @@ from hostring.v1 import coordinator_pb2_grpc as cpb_grpc
 from hostring.v1 import frontier_pb2 as pb
 from hostring.v1 import frontier_pb2_grpc as pb_grpc
 from tests.crawl_helpers import (
-    GAP_TOLERANCE_S,
     LOOPBACK,
     REPO,
     TOKEN,
@@ -152,10 +161,18 @@ class Proc:
     def log(self) -> str:
         return self.err_path.read_text(errors="replace")
 
-    def tail(self, n: int = 2500) -> str:
-        out = self.out_path.read_text(errors="replace")[-600:]
-        head = f"--- {self.name} (pid {self.proc.pid}, rc {self.proc.poll()})"
-        return f"{head} stdout:\n{out}\nstderr:\n{self.log()[-n:]}"
+    def tail(self, n: int = 12) -> str:
+        """The last `n` distinct log messages (repeats counted, tracebacks cut to their last lines)."""
+        out = self.out_path.read_text(errors="replace")[-300:].strip()
+        counted: list[list[Any]] = []
+        for msg, exc in log_records(self.log()):
+            text = re.sub(r"\d+\.\d+s|:\d{4,5}\b", "", msg)  # so that repeats differing in a time or port merge
+            if counted and counted[-1][0] == text:
+                counted[-1][2] += 1
+            else:
+                counted.append([text, msg + ("\n    " + "\n    ".join(exc.splitlines()[-3:]) if exc else ""), 1])
+        lines = [f"  {full}" + (f"  (x{k})" if k > 1 else "") for _, full, k in counted[-n:]]
+        return f"--- {self.name} (pid {self.proc.pid}, rc {self.proc.poll()}); stdout: {out}\n" + "\n".join(lines)
 
 
 def child_env() -> dict[str, str]:
@@ -282,8 +299,22 @@ class Cluster:
         return pb_grpc.FrontierStub(self._channel(self.addresses[node_id]))  # type: ignore[no-untyped-call]
 
     def stats(self, node_id: str) -> pb.StatsResponse:
-        stats: pb.StatsResponse = self.frontier(node_id).Stats(pb.StatsRequest(), timeout=RPC_TIMEOUT_S)
+        with self._failing(node_id, "Stats"):
+            stats: pb.StatsResponse = self.frontier(node_id).Stats(pb.StatsRequest(), timeout=RPC_TIMEOUT_S)
         return stats
+
+    @contextlib.contextmanager
+    def _failing(self, node_id: str, method: str) -> Iterator[None]:
+        """Turn a failed call into an AssertionError that quotes the exception the node logged, if any."""
+        try:
+            yield
+        except grpc.RpcError as e:
+            code = e.code() if callable(getattr(e, "code", None)) else None
+            if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                raise  # transient: callers that poll retry
+            details = _safe(e.details) if callable(getattr(e, "details", None)) else ""
+            logged = node_errors(self, [node_id]).get(node_id, "nothing logged")
+            raise AssertionError(f"{method} on {node_id} failed: {code} {details}; the node logged: {logged}") from None
 
     def serving(self, node_id: str) -> bool:
         stub = health_pb2_grpc.HealthStub(self._channel(self.addresses[node_id]))
@@ -291,7 +322,8 @@ class Cluster:
         return bool(status == _SERVING)
 
     def report(self, node_id: str) -> dict[str, Any]:
-        resp = self.frontier(node_id).Report(pb.ReportRequest(dispositions=True), timeout=RPC_TIMEOUT_S)
+        with self._failing(node_id, "Report"):
+            resp = self.frontier(node_id).Report(pb.ReportRequest(dispositions=True), timeout=RPC_TIMEOUT_S)
         report: dict[str, Any] = json.loads(resp.json)
         return report
 
@@ -495,12 +527,17 @@ def unexplained_duplicates(web: LocalWeb, oracle: Oracle, lines: dict[str, list[
 
 
 def web_and_oracle(seed: int, origins: int, pages: int) -> tuple[dict[str, Any], Oracle, int]:
-    """A generated web without slow corners: no 503 robots (Retry-After 60), no traps; every root a seed."""
+    """A generated web without slow corners: no 503 robots (Retry-After 60), no traps; every root a seed.
+
+    No robots.txt redirects either: in a cluster a robots file redirecting to a host another node paces is not
+    followed (known limitation, see test_robots_redirect_to_another_nodes_domain_is_not_followed).
+    """
     model = random_model(
         seed,
         origins=origins,
         pages_per_origin=pages,
         unavailable_robots=0,
+        redirect_robots_fraction=0.0,
         trap_fraction=0.0,
         seeds=origins,
         user_agent=TOKEN,
@@ -522,6 +559,12 @@ HEARTBEAT_TIMEOUT_S = 2.0
 JOIN_AT = 0.15  # fraction of the expected requests served when the fourth node starts
 KILL_AT = 0.40  # ... and when a node is SIGKILLed (after the join has settled)
 CRAWL_TIMEOUT_S = 60.0
+# The web's server runs in this test process, beside ~10 busy processes on a small machine: a server thread that
+# is descheduled between writing a response and stamping its end makes the next gap look shorter than it was.
+# crawl_helpers' 20 ms (single-node crawls) proved too tight here (one 21 ms shortfall between two requests one
+# node leased, in one run out of ~15); 50 ms is still far below the delay and catches every cross-node overlap
+# seen so far.
+GAP_TOLERANCE_S = 0.05
 
 
 @pytest.mark.slow
@@ -713,6 +756,8 @@ def _scenario(
         if web.max_concurrency(label) > 1:
             problems.append(f"{label} saw {web.max_concurrency(label)} requests at once")
     problems += politeness_problems(web, oracle, lines, DELAY_S)
+    smallest = min((web.min_gap(label), label) for label in web.origins)
+    c.note(f"smallest pause on any origin: {smallest[0]:.3f}s ({smallest[1]}; delay {DELAY_S}s)")
     verdict = oracle.judge(web.fetched())
     for what in ("missing", "forbidden", "unexpected"):
         if verdict[what]:
@@ -746,7 +791,7 @@ def politeness_problems(
     """politeness_violations, each annotated with the node that leased either request (from the journals)."""
     out = []
     for label in web.origins:
-        if not politeness_violations(web, label, delay):
+        if not politeness_violations(web, label, delay, GAP_TOLERANCE_S):
             continue
         origin = web.origins[label]
         for gap, prev, cur in gaps(web.hits_for(label)):
@@ -824,7 +869,7 @@ def test_two_nodes_route_links_to_owners(cluster_redis: str, tmp_path: Path) -> 
             assert verdict["forbidden"] == set() and verdict["unexpected"] == set(), verdict
             assert web.duplicates(include_robots=True) == [], "fetched more than once (robots files included)"
             for label in web.origins:
-                assert politeness_violations(web, label, 0.05) == [], label
+                assert politeness_violations(web, label, 0.05, GAP_TOLERANCE_S) == [], label
 
             owners = c.reported_owners(["n1", "n2"])
             assert set(owners) >= set(domains)
@@ -855,3 +900,203 @@ def test_two_nodes_route_links_to_owners(cluster_redis: str, tmp_path: Path) -> 
         finally:
             judge.client.close()
         print(c.timeline_text())
+
+
+# ============================================================================================== handoff races
+#
+# In process, on the same Redis: two or three nodes as the node process builds them (RedisStore + Slice +
+# Frontier, and the gRPC servicer where a call is involved), with the rings applied by hand so that the window
+# between the new owner applying a ring and the old owner applying it can be entered deterministically. In a real
+# cluster that window lasts from milliseconds to the slowest node's handoff.
+
+
+class _Aborted(Exception):
+    pass
+
+
+class _Context:
+    """The part of grpc.ServicerContext the servicer uses; abort raises like gRPC's does."""
+
+    def abort(self, code: grpc.StatusCode, details: str) -> None:
+        raise _Aborted(f"{code.name}: {details}")
+
+    def is_active(self) -> bool:
+        return True
+
+
+def _node(url: str, node_id: str) -> Any:
+    """A node's Slice with its Frontier, built as frontier_node.server.start_node builds them (delay 0)."""
+    import threading
+
+    from frontier_node.cluster import Slice
+    from frontier_node.core.config import FrontierConfig, PolitenessConfig
+    from frontier_node.core.frontier import Frontier
+    from hostring.clock import WallClock
+
+    lock = threading.Condition()
+    holder: list[Slice] = []
+    store = RedisStore.from_url(url, node_id=node_id, epoch=lambda: holder[0].epoch())
+    node = Slice(node_id, store, lock)
+    holder.append(node)
+    config = FrontierConfig(politeness=PolitenessConfig(min_delay_s=0.0))
+    node.frontier = Frontier(store, WallClock(), config, owns=node.owns, recover=False)
+    return node
+
+
+def _rings(*members: Sequence[str]) -> list[Ring]:
+    from hostring.ring import Member
+
+    return [Ring(i + 1, [Member(m, f"{m}:1") for m in ms]) for i, ms in enumerate(members)]
+
+
+def _domain(pred: Callable[[str], bool], prefix: str = "d") -> str:
+    return next(d for d in (f"{prefix}{i}.example" for i in range(1000)) if pred(d))
+
+
+@pytest.mark.timeout(60)
+def test_handoff_fenced_write_keeps_state_counts(cluster_redis: str) -> None:
+    """The old owner, still on the old ring, leases in a domain the new owner already claimed: the write is fenced
+    (right), and after it releases the domain its counts by state must still match its store (and Stats work)."""
+    from frontier_node.store.redis import FencedOut
+
+    r1, r2 = _rings(["a"], ["a", "b"])
+    a, b = _node(cluster_redis, "a"), _node(cluster_redis, "b")
+    try:
+        a.apply(r1)
+        b.apply(r1)
+        moving = _domain(lambda d: r2.owns("b", d))
+        a.frontier.discover([pb.Link(observed=f"http://{moving}/p{j}") for j in range(3)])
+        a.frontier.store.flush()
+        b.apply(r2)  # the new owner claims the domain first
+        assert a.frontier.lease("w", 10), "the old owner still leases on its ring"
+        with pytest.raises(FencedOut):
+            a.frontier.store.flush()
+        a.apply(r2)
+        counts = {k: v for k, v in a.frontier.stats()["urls_by_state"].items() if v}
+        stored = {k: v for k, v in a.frontier.store.counts_by_state().items() if v}
+        assert counts == stored, f"node a counts {counts} after the handoff, its store holds {stored}"
+        pb.StatsResponse(urls_by_state=a.frontier.stats()["urls_by_state"])  # negative counts make Stats fail
+    finally:
+        a.store.close()
+        b.store.close()
+
+
+def _epoch(node: Any) -> int:
+    """The ring epoch a RunningNode of a cluster has applied."""
+    assert node.slice is not None
+    return int(node.slice.epoch())
+
+
+@pytest.mark.timeout(60)
+def test_domain_first_written_by_old_owner_during_handoff_is_adopted(cluster_redis: str) -> None:
+    """Two in-process nodes and a coordinator. While node a cannot apply epoch 2 yet (the test holds its lock, as a
+    long call or a slow handoff would), b joins and applies it; a, still on epoch 1, admits the first link of a
+    brand-new domain that epoch 2 gives to b (no fence exists yet, so the write lands), then applies epoch 2 and
+    releases it. Within a few seconds b must hold the domain: otherwise its URLs stay scheduled in Redis forever."""
+    from coordinator.server import start_coordinator
+    from frontier_node.core.config import FrontierConfig, PolitenessConfig
+    from frontier_node.server import start_node
+
+    config = FrontierConfig(politeness=PolitenessConfig(min_delay_s=0.0))
+    coord = start_coordinator("127.0.0.1:0", heartbeat_timeout_s=10.0)
+    address = f"127.0.0.1:{coord.port}"
+    nodes = []
+    try:
+        a = start_node(cluster_redis, "127.0.0.1:0", config, node_id="a", coordinator=address)
+        nodes.append(a)
+        wait_for(lambda: _epoch(a) >= 1, 10.0, "node a to join")
+        r2 = _rings(["a"], ["a", "b"])[1]
+        new = _domain(lambda d: r2.owns("b", d), prefix="new")
+        with a.service.cond:  # a's ring delivery (Slice.apply) waits for this lock
+            b = start_node(cluster_redis, "127.0.0.1:0", config, node_id="b", coordinator=address)
+            nodes.append(b)
+            wait_for(lambda: _epoch(b) >= 2, 10.0, "node b to apply epoch 2")
+            assert _epoch(a) == 1
+            a.service.frontier.discover([pb.Link(observed=f"http://{new}/page", seed=True)])
+            a.service.frontier.store.flush()
+        wait_for(lambda: _epoch(a) >= 2, 10.0, "node a to apply epoch 2")
+
+        def held_by_b() -> bool:
+            with b.service.cond:
+                return new in b.service.frontier.domains
+
+        try:
+            wait_for(held_by_b, 5.0, f"node b to hold {new}")
+        except AssertionError:
+            judge = RedisStore.from_url(cluster_redis, node_id="test-judge", epoch=0)
+            try:
+                rows, fence = judge.domain_counts(new), judge.fence(new)
+            finally:
+                judge.close()
+            with a.service.cond:
+                on_a = new in a.service.frontier.domains
+            raise AssertionError(
+                f"{new} (owner b at epoch 2) is held by neither node (a: {on_a}, b: False) 5 s "
+                f"after both applied epoch 2; Redis has {rows} rows under fence {fence}: nobody "
+                "will crawl them"
+            ) from None
+    finally:
+        for node in nodes:
+            node.stop(grace=1.0)
+        coord.stop()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("batched", [False, True], ids=["Complete", "CompleteBatch"])
+def test_complete_partly_fenced_loses_no_link(cluster_redis: str, batched: bool) -> None:
+    """Node a, still on ring 1, settles leases while the new owner b already claimed one of a's domains. A
+    completion whose own domain stays with a lands, but the call fails because another part of its flush was
+    fenced; the worker retries it. Every link of that completion must end up admitted somewhere or handed back for
+    routing: none may be lost (DESIGN.md: "nothing is dropped")."""
+    from frontier_node.service import FrontierService
+
+    r1, r2 = _rings(["a", "c"], ["a", "b", "c"])
+    a, b, c = (_node(cluster_redis, n) for n in "abc")
+    try:
+        for n in (a, b, c):
+            n.apply(r1)
+        moving = _domain(lambda d: r1.owns("a", d) and r2.owns("b", d))
+        staying = _domain(lambda d: r1.owns("a", d) and r2.owns("a", d))
+        elsewhere = _domain(lambda d: r1.owns("c", d) and r2.owns("c", d))
+        svc = FrontierService(a.frontier, node_id="a", epoch=a.epoch, lock=a.lock)
+        a.frontier.discover([pb.Link(observed=f"http://{d}/", seed=True) for d in (moving, staying)])
+        for it in a.frontier.lease("w", 10):  # robots items first: 404, allow all
+            a.frontier.complete(it.key, it.generation, pb.Outcome(status=404, retry_after_s=-1))
+        items = {it.domain: it for it in a.frontier.lease("w", 10)}
+        a.frontier.store.flush()
+        b.apply(r2)
+
+        page = pb.Outcome(status=200, retry_after_s=-1, content_type="text/html")
+        links = [f"http://{moving}/found", f"http://{elsewhere}/found"]
+
+        def request(item: Any, hrefs: Sequence[str]) -> pb.CompleteRequest:
+            return pb.CompleteRequest(lease_id=item.key, generation=item.generation, outcome=page, worker_id="w",
+                                      links=[pb.Link(observed=u) for u in hrefs])  # fmt: skip
+
+        ctx: Any = _Context()
+
+        def call(reqs: list[pb.CompleteRequest]) -> list[pb.CompleteResponse]:
+            if batched:
+                return list(svc.CompleteBatch(pb.CompleteBatchRequest(completions=reqs), ctx).results)
+            return [svc.Complete(r, ctx) for r in reqs]
+
+        first = [request(items[moving], []), request(items[staying], links)] if batched else [
+            request(items[staying], links)]  # fmt: skip
+        forwarded: list[str] = []
+        try:
+            for resp in call(first):
+                forwarded += [link.observed for link in resp.forward]
+        except _Aborted:
+            pass  # the worker sees the call fail and retries it on the owner of its domain
+        a.apply(r2)
+        for resp in call([request(items[staying], links)]):
+            forwarded += [link.observed for link in resp.forward]
+        judge = RedisStore.from_url(cluster_redis, node_id="test-judge", epoch=0)
+        try:
+            lost = [u for u in links if judge.get(identify(u).fetch_key) is None and u not in forwarded]
+        finally:
+            judge.close()
+        assert not lost, f"links of a completed page neither admitted nor handed back for routing: {lost}"
+    finally:
+        for n in (a, b, c):
+            n.store.close()

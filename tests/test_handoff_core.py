@@ -81,3 +81,19 @@ def test_expired_lease_of_a_dead_owner_comes_back_with_a_higher_generation() -> 
     assert [it.key for it in again] == [page.key] and again[0].generation > page.generation
     late = b.complete(page.key, page.generation, Outcome(status=200))
     assert not late.accepted and late.reason == "stale_generation"
+
+
+def test_robots_redirect_to_another_nodes_domain_is_not_followed() -> None:
+    """Following it here would pace that host on two nodes at once; reading it as 'allow all' would guess."""
+    clock, store = VirtualClock(), MemoryStore()
+    f = Frontier(store, clock, CONFIG, owns=lambda d: d == "mine.example")
+    f.discover([Link("http://www.mine.example/a")])
+    robots = f.lease("w", 10)[0]
+    done = f.complete(robots.key, robots.generation,
+                      Outcome(status=301, location="http://rules.theirs.example/robots.txt"))
+    assert done.state == "failed" and done.reason == "robots_redirect_elsewhere"
+    clock.advance(60)
+    assert f.lease("w", 10) == []  # nothing of the origin is fetched: its pages end with the reason
+    page = store.get("http://www.mine.example/a")
+    assert page is not None and page.state.value == "suppressed" and page.reason == "robots_redirect_elsewhere"
+    assert f.drained

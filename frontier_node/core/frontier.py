@@ -31,6 +31,8 @@ from hostring.urls import UrlIdentity, UrlRejected, identify, robots_url
 # Plain-string values of the enums, looked up once: reading `.value` on every transition is measurably slow.
 _VALUE: dict[State | Event, str] = {**{s: s.value for s in State}, **{e: e.value for e in Event}}
 _CACHE_LIMIT = 1 << 15
+# A robots.txt redirecting to a host of a domain another node owns (only in a cluster).
+_ELSEWHERE = "robots_redirect_elsewhere"
 
 
 class LeaseError(LookupError):
@@ -482,6 +484,9 @@ class Frontier:
         hop = ""
         if redirected and item.redirect_hops < self.config.max_redirect_hops:
             hop = self._robots_hop(item, host, home, outcome.location)
+            if hop == _ELSEWHERE:
+                # Not followed, and not read as "unavailable, allow all" either: the rules behind it are unknown.
+                hop, error_class = "", _ELSEWHERE
         if not hop:
             record = self.robots_policy.from_outcome(
                 item.origin, status=status, body=bytes(outcome.robots_body), error_class=error_class, now=now
@@ -518,6 +523,9 @@ class Frontier:
             target = identify(location, item.url, max_length=self.config.budgets.max_url_length)
         except UrlRejected:
             return ""
+        if not self.owns(target.domain):
+            # Another node paces that host; fetching it from here could put two requests on it at once.
+            return _ELSEWHERE
         if host is not home:
             host.robots_items.pop(item.origin, None)
         item.url, item.redirect_hops, item.source, item.host = (
@@ -764,7 +772,8 @@ class Frontier:
     def release(self, domains: Iterable[str], counts: dict[str, int] | None = None) -> None:
         """Forget domains another node now owns: their hosts, leases and retries leave RAM (the store keeps all).
 
-        `counts` (state -> rows of those domains, from the store) keeps the per-state totals right.
+        `counts` (state -> rows of those domains) keeps the per-state totals right; a shell that can count
+        from its store after the release (the cluster does) passes nothing and recounts instead.
         """
         gone = set(domains) & self.domains
         if not gone:
