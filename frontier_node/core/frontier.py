@@ -135,7 +135,7 @@ class Frontier:
             reason = self._refusal(ident.host, ident.origin, domain, link.redirect_hops)
             if reason:
                 seen.add(h)
-                self._reject(key, ident.url, ident.host, ident.origin, domain, link, reason)
+                self._reject(ident, link, reason)
                 self.verdicts[("rejected", reason)] += 1
                 append(LinkVerdict(Verdict.REJECTED, reason, key, domain))
                 continue
@@ -149,21 +149,7 @@ class Frontier:
                 continue
             seen.add(h)
             self.budgets.charge(ident.url, ident.host, domain)
-            self.item_seq += 1
-            item = Item(
-                key,
-                ident.url,
-                ident.host,
-                ident.origin,
-                domain,
-                Kind.PAGE,
-                link.depth,
-                link.priority,
-                self.item_seq,
-                link.redirect_hops,
-                source=link.source_key,
-            )
-            self._admit(item)
+            self._admit(self._new_item(ident, link))
             self.verdicts[("admitted", "")] += 1
             append(LinkVerdict(Verdict.ADMITTED, "", key, domain))
         return out
@@ -216,21 +202,14 @@ class Frontier:
         if host not in self.scope_hosts or domain not in self.scope_domains:
             self.add_scope([host], [domain])
 
-    def _reject(self, key: str, url: str, host: str, origin: str, domain: str, link: LinkLike, reason: str) -> None:
+    def _new_item(self, ident: UrlIdentity, link: LinkLike) -> Item:
+        """A page item for a link, numbered in admission order (its age in the host queue)."""
         self.item_seq += 1
-        item = Item(
-            key,
-            url,
-            host,
-            origin,
-            domain,
-            Kind.PAGE,
-            link.depth,
-            link.priority,
-            self.item_seq,
-            link.redirect_hops,
-            source=link.source_key,
-        )
+        return Item(ident.fetch_key, ident.url, ident.host, ident.origin, ident.domain, Kind.PAGE, link.depth,
+                    link.priority, self.item_seq, link.redirect_hops, source=link.source_key)  # fmt: skip
+
+    def _reject(self, ident: UrlIdentity, link: LinkLike, reason: str) -> None:
+        item = self._new_item(ident, link)
         self._move(item, Event.REJECT, reason, data=pack_admit(item))
 
     def _admit(self, item: Item) -> None:
