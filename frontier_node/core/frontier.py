@@ -158,8 +158,12 @@ class Frontier:
         """identify(), remembering recent answers: pages repeat the same navigation links over and over.
 
         The cache key is what the answer depends on: the reference alone when it is absolute, the reference
-        and the base's origin when it is root-relative, else the reference and the whole base.
+        and the base's origin when it is root-relative, else the reference and the whole base. The fragment
+        never is (it is not part of the fetch key, and the core keeps no other field that holds it).
         """
+        cut = observed.find("#")
+        if cut > 0:
+            observed = observed[:cut]
         if observed.startswith(("http://", "https://")):
             ck: object = observed
         elif observed.startswith("/") and not observed.startswith("//"):
