@@ -14,24 +14,26 @@ import time
 from collections.abc import Sequence
 from concurrent import futures
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from frontier_node.cluster import Slice
 from frontier_node.core.config import FrontierConfig
 from frontier_node.core.frontier import Frontier
 from frontier_node.metrics import StoreTimer, node_registry
 from frontier_node.service import FrontierService
 from frontier_node.store.open import open_store
-from frontier_node.store.redis import RedisStore
 from hostring.clock import WallClock
-from hostring.membership import NodeMembership
 from hostring.metrics import serve_metrics
 from hostring.security import FRONTIER_ADMIN_METHODS, INSECURE, AdminTokenInterceptor, TlsConfig
 from hostring.v1 import frontier_pb2
 from hostring.v1 import frontier_pb2_grpc as pb_grpc
+
+if TYPE_CHECKING:  # the cluster parts load only for a node that joins a ring (a lone node starts faster)
+    from frontier_node.cluster import Slice
+    from hostring.membership import NodeMembership
 
 log = logging.getLogger("hostring.node")
 
@@ -101,6 +103,9 @@ def start_node(
     if clustered:
         if not store_url.startswith(("redis://", "rediss://")):
             raise ValueError("a node in a cluster keeps its state in Redis: give --store redis://HOST:PORT/DB")
+        from frontier_node.cluster import Slice
+        from frontier_node.store.redis import RedisStore
+
         holder: list[Slice] = []
         store = RedisStore.from_url(store_url, node_id=node_id, epoch=lambda: holder[0].epoch())
         slice_ = Slice(node_id, store, cond)
@@ -149,6 +154,8 @@ def start_node(
         slice_.on_ready = ready
         service.on_fenced = slice_.let_go
         address = advertise or f"127.0.0.1:{port}"
+        from hostring.membership import NodeMembership
+
         membership = NodeMembership(coordinator, node_id, address, weight, on_ring=slice_.apply, tls=tls,
                                     admin_token=admin_token).start()
     log.info("node %s serving on port %d (%s), store %s, run %s", node_id, port, _transport(tls, admin_token),

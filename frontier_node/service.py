@@ -13,10 +13,10 @@ import grpc
 
 from frontier_node.core.frontier import Frontier, LeaseError
 from frontier_node.core.hosts import Host
+from frontier_node.core.ports import Fenced
 from frontier_node.core.records import Item, key_domain
 from frontier_node.metrics import StoreTimer
 from frontier_node.report import coverage_report
-from frontier_node.store.redis import FencedOut
 from hostring.urls import UrlRejected, identify
 from hostring.v1 import frontier_pb2 as pb
 from hostring.v1 import frontier_pb2_grpc as pb_grpc
@@ -59,7 +59,7 @@ class FrontierService(pb_grpc.FrontierServicer):
             else:
                 with self.store_timer:
                     self.frontier.store.flush()
-        except FencedOut as e:
+        except Fenced as e:
             fenced = {e.domain, *(o.domain for o in e.others)}
             log.warning("writes for %d domain(s) refused by a newer owner: %s", len(fenced), sorted(fenced)[:5])
             self.on_fenced(fenced)

@@ -51,3 +51,34 @@ def test_quick_bench_prints_every_figure() -> None:
     assert figures["discover_admitted_urls_grpc"] == workload["unique_urls"]
     assert figures["discover_admitted_urls_core"] == workload["unique_urls"]
     assert figures["ram_urls"] == workload["ram_urls"]
+
+
+CRAWL_FIGURES = (
+    "pages_per_s",
+    "cpu_ms_per_page",
+    "politeness_makespan_s",
+    "politeness_bound_s",
+    "makespan_over_bound",
+    "politeness_cpu_ms_per_page",
+)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_quick_crawl_bench_prints_every_figure() -> None:
+    """`python -m bench.crawl --quick --json`: the end-to-end crawl bench runs and every figure is positive."""
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.crawl", "--quick", "--json"],
+        cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    figures = json.loads(out.stdout)
+    for key in CRAWL_FIGURES:
+        value = figures.get(key)
+        assert isinstance(value, int | float) and math.isfinite(value) and value > 0, (key, value)
+    assert figures["machine"]["cores"] >= 1 and figures["machine"]["cpu_model"] is not None
+    assert len(figures["machine"]["loadavg_start"]) == 3 and len(figures["machine"]["loadavg_end"]) == 3
+    for run in ("throughput", "politeness"):
+        assert figures[run]["pages"] > 0 and figures[run]["cpu_s_rusage"] > 0, run
+        assert figures[run]["coverage"]["expected_pages"] > 0, run
+    assert figures["workload"]["throughput"]["origins"] >= 20

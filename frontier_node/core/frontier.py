@@ -102,7 +102,7 @@ class Frontier:
         self.item_seq = 0
         self.run_id = run_id
         self._now = clock.now()
-        self._identities: dict[object, UrlIdentity] = {}
+        self._identities: dict[object, tuple[UrlIdentity, int]] = {}
         self._recover(rows=recover)
 
     # ================================================================== admission
@@ -115,7 +115,7 @@ class Frontier:
         seen = self.seen
         for link in links:
             try:
-                ident = self._identify(link.observed, link.base_url)
+                ident, h = self._identify(link.observed, link.base_url)
             except UrlRejected as e:
                 self.verdicts[("rejected", e.reason.value)] += 1
                 append(LinkVerdict(Verdict.REJECTED, e.reason.value))
@@ -125,7 +125,6 @@ class Frontier:
                 self.verdicts[("wrong_owner", "")] += 1
                 append(LinkVerdict(Verdict.WRONG_OWNER, "wrong_owner", key, domain))
                 continue
-            h = key_hash(key)
             if h in seen:
                 self.verdicts[("duplicate", "")] += 1
                 append(LinkVerdict(Verdict.DUPLICATE, "", key, domain))
@@ -154,8 +153,8 @@ class Frontier:
             append(LinkVerdict(Verdict.ADMITTED, "", key, domain))
         return out
 
-    def _identify(self, observed: str, base: str) -> UrlIdentity:
-        """identify(), remembering recent answers: pages repeat the same navigation links over and over.
+    def _identify(self, observed: str, base: str) -> tuple[UrlIdentity, int]:
+        """identify() and the key's fingerprint, remembering recent answers: pages repeat navigation links.
 
         The cache key is what the answer depends on: the reference alone when it is absolute, the reference
         and the base's origin when it is root-relative, else the reference and the whole base. The fragment
@@ -171,13 +170,13 @@ class Frontier:
         else:
             ck = (observed, base)
         cache = self._identities
-        ident = cache.get(ck)
-        if ident is None:
+        hit = cache.get(ck)
+        if hit is None:
             ident = identify(observed, base, max_length=self.config.budgets.max_url_length)
             if len(cache) >= _CACHE_LIMIT:
                 cache.clear()
-            cache[ck] = ident
-        return ident
+            hit = cache[ck] = (ident, key_hash(ident.fetch_key))
+        return hit
 
     def _refusal(self, host: str, origin: str, domain: str, redirect_hops: int) -> str:
         """Why a link with an identity is rejected outright: scope or redirect chain; '' when it is not."""

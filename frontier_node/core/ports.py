@@ -13,6 +13,13 @@ from frontier_node.core.records import Entry, Item
 from frontier_node.core.states import State
 
 
+class Fenced(RuntimeError):
+    """A store refused writes for `domain` (and `others`): a newer owner holds its fence. Other domains landed."""
+
+    domain: str
+    others: tuple[Fenced, ...]
+
+
 class Store(Protocol):
     """Journal plus current item rows, robots records and a few meta values."""
 

@@ -72,6 +72,7 @@ import redis
 from redis.cluster import RedisCluster
 from redis.exceptions import NoScriptError
 
+from frontier_node.core.ports import Fenced
 from frontier_node.core.records import Entry, Item, Kind
 from frontier_node.core.states import State
 from hostring.domains import registrable_domain
@@ -196,7 +197,7 @@ return {keys, rows}
 """
 
 
-class FencedOut(RuntimeError):
+class FencedOut(Fenced):
     """A write batch refused by a domain's fence: another node owns the domain at the writer's epoch or later.
 
     Nothing of the batch landed for `domain`. When one flush is refused for several domains, the first is
