@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.node import machine, profile_summary
+from bench.proc import stop_process
 from coordinator.localweb import (
     LinkSpec,
     LocalWeb,
@@ -167,15 +168,7 @@ class WebProcess:
         self.stop()
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
+        stop_process(self.proc, timeout=15)
 
     def hits(self) -> list[dict[str, Any]]:
         return [json.loads(line) for line in self.log.read_text(encoding="utf-8").splitlines() if line.strip()]

@@ -48,6 +48,7 @@ from typing import IO, Any
 
 import grpc
 
+from bench.proc import stop_process
 from frontier_node.core.config import FrontierConfig, PolitenessConfig
 from frontier_node.core.frontier import Frontier
 from frontier_node.core.ports import Store
@@ -277,15 +278,7 @@ class NodeProcess:
         """SIGTERM, then SIGKILL if it does not go within 10 s; close the channel and files."""
         if hasattr(self, "channel"):
             self.channel.close()
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
+        stop_process(self.proc)
         self._log.close()
 
 
