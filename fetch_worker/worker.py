@@ -24,6 +24,7 @@ from fetch_worker.metrics import WorkerMetrics
 from fetch_worker.routing import NodeClients, Router
 from fetch_worker.warc import WarcWriter, payload_digest
 from hostring.fingerprint import body_digest, simhash64
+from hostring.urls import reference_key
 from hostring.v1 import frontier_pb2 as pb
 from hostring.v1 import frontier_pb2_grpc as pb_grpc
 
@@ -31,6 +32,8 @@ log = logging.getLogger("hostring.worker")
 
 ROBOTS_MAX_BYTES = 500 * 1024
 _SIMHASH_TEXT = 64 * 1024
+_SENT_LIMIT = 1 << 17
+
 _DISCOVER_BATCH = 256
 
 
@@ -117,6 +120,7 @@ class Worker:
         self.metrics = metrics
         self.clients = NodeClients(router, worker_id=self.worker_id, channel_options=channel_options)
         self._batcher = CompletionBatcher(self.clients)
+        self._sent: set[object] = set()
         self._written: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self.drained_nodes: set[str] = set()
 
@@ -263,11 +267,22 @@ class Worker:
             content_type=r.content_type,
         )
         outcome.nofollow, outcome.noindex = extracted.nofollow, extracted.noindex
-        depth = item.depth + 1
+        depth, base, sent = item.depth + 1, extracted.base_url, self._sent
         return [
-            pb.Link(observed=href, base_url=extracted.base_url, source_key=item.fetch_key, depth=depth)
+            pb.Link(observed=href, base_url=base, source_key=item.fetch_key, depth=depth)
             for href in extracted.links
+            if reference_key(href, base) not in sent
         ]
+
+    def _remember(self, links: list[pb.Link]) -> None:
+        """Links a node has taken (admitted, deduplicated, rejected or handed back for routing) need not be sent
+        again by this worker: navigation repeated on every page then costs neither messages nor node time."""
+        sent = self._sent
+        if len(sent) > _SENT_LIMIT:
+            sent.clear()
+        for link in links:
+            if not link.redirect_hops:
+                sent.add(reference_key(link.observed, link.base_url))
 
     def _archive(self, r: FetchResult) -> str:
         """Write the fetch to WARC (a revisit record when this worker already stored the same payload)."""
@@ -309,6 +324,8 @@ class Worker:
             return
         if not resp.accepted:
             self.stats.stale += 1
+        elif resp.follow_links:
+            self._remember(links)
         self.stats.links_sent += len(links)
         if resp.forward:
             await self.route(resp.forward)

@@ -31,6 +31,7 @@ __all__ = [
     "UrlRejected",
     "identify",
     "normalize",
+    "reference_key",
     "remove_dot_segments",
     "resolve",
     "robots_url",
@@ -690,6 +691,22 @@ def identify(
 def normalize(url: str, policy: QueryPolicy = DEFAULT_QUERY_POLICY) -> str:
     """The fetch key of an absolute http(s) URL (no length limit); raises UrlRejected like identify()."""
     return identify(url, policy=policy, max_length=1 << 62).fetch_key
+
+
+def reference_key(reference: str, base: str) -> str | tuple[str, str]:
+    """What resolving `reference` against `base` depends on, for caches of repeated links.
+
+    The reference alone when absolute, with the base's origin when root-relative, else with the whole base;
+    never the fragment (no fetch key holds one). Two links with equal keys have the same fetch key.
+    """
+    cut = reference.find("#")
+    if cut > 0:
+        reference = reference[:cut]
+    if reference.startswith(("http://", "https://")):
+        return reference
+    if reference.startswith("/") and not reference.startswith("//"):
+        return (reference, base[: base.find("/", base.find("//") + 2)] if "//" in base else base)
+    return (reference, base)
 
 
 def robots_url(origin: str) -> str:

@@ -661,3 +661,25 @@ def test_public_suffix_list_loads_without_network() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "example.co.uk"
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    ref=st.sampled_from(["/a", "/a/../b", "b", "../c", "?q=1", "#top", "/a#x", "http://h.example/z#f",
+                         "//other.example/p", "", "./d;p"]),
+    page1=st.sampled_from(["http://h.example/", "http://h.example/x/y", "http://h.example/x/y?z", "https://h.example/"]),
+    page2=st.sampled_from(["http://h.example/", "http://h.example/x/y", "http://h.example/q/", "https://h.example/"]),
+)
+def test_equal_reference_keys_mean_equal_fetch_keys(ref: str, page1: str, page2: str) -> None:
+    from hostring.urls import reference_key
+
+    if reference_key(ref, page1) != reference_key(ref, page2):
+        return
+    try:
+        a = identify(ref, page1).fetch_key
+    except UrlRejected as e:
+        with pytest.raises(UrlRejected) as again:
+            identify(ref, page2)
+        assert again.value.reason == e.reason
+        return
+    assert identify(ref, page2).fetch_key == a

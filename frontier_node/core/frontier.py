@@ -26,7 +26,7 @@ from frontier_node.core.retry import OVERLOAD_STATUSES, Action, backoff_s, class
 from frontier_node.core.robots import RobotsPolicy, RobotsRecord, RobotsVerdict
 from frontier_node.core.states import Event, State, next_state
 from hostring.clock import Clock
-from hostring.urls import UrlIdentity, UrlRejected, identify, robots_url
+from hostring.urls import UrlIdentity, UrlRejected, identify, reference_key, robots_url
 
 # Plain-string values of the enums, looked up once: reading `.value` on every transition is measurably slow.
 _VALUE: dict[State | Event, str] = {**{s: s.value for s in State}, **{e: e.value for e in Event}}
@@ -156,19 +156,9 @@ class Frontier:
     def _identify(self, observed: str, base: str) -> tuple[UrlIdentity, int]:
         """identify() and the key's fingerprint, remembering recent answers: pages repeat navigation links.
 
-        The cache key is what the answer depends on: the reference alone when it is absolute, the reference
-        and the base's origin when it is root-relative, else the reference and the whole base. The fragment
-        never is (it is not part of the fetch key, and the core keeps no other field that holds it).
+        The cache key is what the answer depends on (hostring.urls.reference_key).
         """
-        cut = observed.find("#")
-        if cut > 0:
-            observed = observed[:cut]
-        if observed.startswith(("http://", "https://")):
-            ck: object = observed
-        elif observed.startswith("/") and not observed.startswith("//"):
-            ck = (observed, base[: base.find("/", base.find("//") + 2)] if "//" in base else base)
-        else:
-            ck = (observed, base)
+        ck = reference_key(observed, base)
         cache = self._identities
         hit = cache.get(ck)
         if hit is None:
