@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -235,3 +236,35 @@ def redis_cluster_client(redis_cluster_url: str, redis_namespace: str) -> Iterat
     finally:
         _delete_namespace(client, redis_namespace)
         client.close()
+
+
+@pytest.fixture
+def empty_redis(redis_url: str) -> Iterator[str]:
+    """The URL of a Redis database (1..15 of the session's server) that holds no key when the test starts.
+
+    Processes started by a test write the fixed namespace "hostring", so two tests in one database would adopt
+    each other's domains (local webs reuse the same 127.0.0.N hosts). Its "hostring:*" keys are deleted after.
+    """
+    base = redis_url.rsplit("/", 1)[0] if re.search(r"/\d+$", redis_url) else redis_url.rstrip("/")
+    url = ""
+    for db in range(1, 16):
+        client = redis.Redis.from_url(f"{base}/{db}")
+        try:
+            if client.dbsize() == 0:
+                url = f"{base}/{db}"
+                break
+        except redis.ResponseError:  # fewer databases configured
+            break
+        finally:
+            client.close()
+    if not url:
+        pytest.skip(f"no empty Redis database among 1..15 of {redis_url}")
+    try:
+        yield url
+    finally:
+        client = redis.Redis.from_url(url)
+        try:
+            for key in list(client.scan_iter(match="hostring:*", count=1000)):
+                client.delete(key)
+        finally:
+            client.close()

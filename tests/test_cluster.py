@@ -21,7 +21,7 @@ Only servers started here on 127.0.0.0/8 are contacted. Every wait is bounded.
 
 Redis: the session's `redis_url` fixture (a throwaway redis-server unless $REDIS_URL is set). The node CLI has
 no namespace flag (every node writes the namespace "hostring"), so each test takes a Redis database of its own
-that is empty when it starts (`cluster_redis`) and deletes its keys afterwards.
+that is empty when it starts (`empty_redis`) and deletes its keys afterwards.
 """
 
 from __future__ import annotations
@@ -69,40 +69,6 @@ RPC_TIMEOUT_S = 10.0
 _PORT_LINE = re.compile(r"listening on port (\d+)")
 _HANDOFF_LINE = re.compile(r"ring epoch (\d+): (\d+) members, released (\d+) domains, adopted (\d+)")
 _SERVING = health_pb2.HealthCheckResponse.SERVING
-
-
-# ============================================================================================== Redis
-
-
-@pytest.fixture
-def cluster_redis(redis_url: str) -> Iterator[str]:
-    """The URL of a Redis database (1..15 of the session's server) that holds no key when the test starts.
-
-    The nodes write the fixed namespace "hostring", so two tests in one database would adopt each other's
-    domains (the local webs reuse the same 127.0.0.N hosts). The keys are deleted afterwards.
-    """
-    base = redis_url.rsplit("/", 1)[0] if re.search(r"/\d+$", redis_url) else redis_url.rstrip("/")
-    for db in range(1, 16):
-        url = f"{base}/{db}"
-        client = redis.Redis.from_url(url)
-        try:
-            if client.dbsize() == 0:
-                break
-        except redis.ResponseError:  # fewer databases configured
-            client.close()
-            pytest.skip(f"no empty Redis database among 1..{db - 1} of {redis_url}")
-        client.close()
-    else:
-        pytest.skip(f"no empty Redis database among 1..15 of {redis_url}")
-    try:
-        yield url
-    finally:
-        client = redis.Redis.from_url(url)
-        try:
-            for key in list(client.scan_iter(match="hostring:*", count=1000)):
-                client.delete(key)
-        finally:
-            client.close()
 
 
 # ============================================================================================== processes
@@ -569,7 +535,7 @@ GAP_TOLERANCE_S = 0.05
 
 @pytest.mark.slow
 @pytest.mark.timeout(200)
-def test_cluster_join_and_sigkill_during_crawl(cluster_redis: str, tmp_path: Path) -> None:
+def test_cluster_join_and_sigkill_during_crawl(empty_redis: str, tmp_path: Path) -> None:
     """3 nodes + 3 workers crawl 32 origins; a 4th node joins, later one node is SIGKILLed. Judged from the
     server log (politeness, coverage), the Redis journals (every double fetch has a recorded lease expiry), the
     nodes' own reports (only the domains the ring math moves have moved, and only to/from the changed node) and
@@ -577,10 +543,10 @@ def test_cluster_join_and_sigkill_during_crawl(cluster_redis: str, tmp_path: Pat
     sites, oracle, depth = web_and_oracle(2024, ORIGINS, PAGES)
     assert depth <= 18, "the generated web needs more than the nodes' default --max-depth"
     expected_requests = len(oracle.reachable_allowed) + len(oracle.robots_fetches)
-    judge = RedisStore(redis.Redis.from_url(cluster_redis), node_id="test-judge", epoch=0)
+    judge = RedisStore(redis.Redis.from_url(empty_redis), node_id="test-judge", epoch=0)
     with (
         LocalWeb(sites) as web,
-        Cluster(tmp_path, cluster_redis, heartbeat_timeout=HEARTBEAT_TIMEOUT_S, delay=DELAY_S, lease_s=LEASE_S) as c,
+        Cluster(tmp_path, empty_redis, heartbeat_timeout=HEARTBEAT_TIMEOUT_S, delay=DELAY_S, lease_s=LEASE_S) as c,
     ):
         c.hits_of = lambda: len(web.hits)
         domains = domains_of(web)
@@ -837,13 +803,13 @@ def _check_status(c: Cluster, ring: Ring, members: set[str], domains: Sequence[s
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-def test_two_nodes_route_links_to_owners(cluster_redis: str, tmp_path: Path) -> None:
+def test_two_nodes_route_links_to_owners(empty_redis: str, tmp_path: Path) -> None:
     """2 nodes + 1 worker, 8 origins linking across each other: every page fetched exactly once, every domain's
     URLs on its ring owner only (node reports and Redis fences), robots files once per origin."""
     sites, oracle, depth = web_and_oracle(7, 8, 6)
     assert depth <= 18
-    judge = RedisStore(redis.Redis.from_url(cluster_redis), node_id="test-judge", epoch=0)
-    with LocalWeb(sites) as web, Cluster(tmp_path, cluster_redis, heartbeat_timeout=5.0, delay=0.05, lease_s=30.0) as c:
+    judge = RedisStore(redis.Redis.from_url(empty_redis), node_id="test-judge", epoch=0)
+    with LocalWeb(sites) as web, Cluster(tmp_path, empty_redis, heartbeat_timeout=5.0, delay=0.05, lease_s=30.0) as c:
         c.hits_of = lambda: len(web.hits)
         try:
             domains = domains_of(web)
@@ -954,13 +920,13 @@ def _domain(pred: Callable[[str], bool], prefix: str = "d") -> str:
 
 
 @pytest.mark.timeout(60)
-def test_handoff_fenced_write_keeps_state_counts(cluster_redis: str) -> None:
+def test_handoff_fenced_write_keeps_state_counts(empty_redis: str) -> None:
     """The old owner, still on the old ring, leases in a domain the new owner already claimed: the write is fenced
     (right), and after it releases the domain its counts by state must still match its store (and Stats work)."""
     from frontier_node.store.redis import FencedOut
 
     r1, r2 = _rings(["a"], ["a", "b"])
-    a, b = _node(cluster_redis, "a"), _node(cluster_redis, "b")
+    a, b = _node(empty_redis, "a"), _node(empty_redis, "b")
     try:
         a.apply(r1)
         b.apply(r1)
@@ -988,7 +954,7 @@ def _epoch(node: Any) -> int:
 
 
 @pytest.mark.timeout(60)
-def test_domain_first_written_by_old_owner_during_handoff_is_adopted(cluster_redis: str) -> None:
+def test_domain_first_written_by_old_owner_during_handoff_is_adopted(empty_redis: str) -> None:
     """Two in-process nodes and a coordinator. While node a cannot apply epoch 2 yet (the test holds its lock, as a
     long call or a slow handoff would), b joins and applies it; a, still on epoch 1, admits the first link of a
     brand-new domain that epoch 2 gives to b (no fence exists yet, so the write lands), then applies epoch 2 and
@@ -1002,13 +968,13 @@ def test_domain_first_written_by_old_owner_during_handoff_is_adopted(cluster_red
     address = f"127.0.0.1:{coord.port}"
     nodes = []
     try:
-        a = start_node(cluster_redis, "127.0.0.1:0", config, node_id="a", coordinator=address)
+        a = start_node(empty_redis, "127.0.0.1:0", config, node_id="a", coordinator=address)
         nodes.append(a)
         wait_for(lambda: _epoch(a) >= 1, 10.0, "node a to join")
         r2 = _rings(["a"], ["a", "b"])[1]
         new = _domain(lambda d: r2.owns("b", d), prefix="new")
         with a.service.cond:  # a's ring delivery (Slice.apply) waits for this lock
-            b = start_node(cluster_redis, "127.0.0.1:0", config, node_id="b", coordinator=address)
+            b = start_node(empty_redis, "127.0.0.1:0", config, node_id="b", coordinator=address)
             nodes.append(b)
             wait_for(lambda: _epoch(b) >= 2, 10.0, "node b to apply epoch 2")
             assert _epoch(a) == 1
@@ -1023,7 +989,7 @@ def test_domain_first_written_by_old_owner_during_handoff_is_adopted(cluster_red
         try:
             wait_for(held_by_b, 5.0, f"node b to hold {new}")
         except AssertionError:
-            judge = RedisStore.from_url(cluster_redis, node_id="test-judge", epoch=0)
+            judge = RedisStore.from_url(empty_redis, node_id="test-judge", epoch=0)
             try:
                 rows, fence = judge.domain_counts(new), judge.fence(new)
             finally:
@@ -1043,7 +1009,7 @@ def test_domain_first_written_by_old_owner_during_handoff_is_adopted(cluster_red
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("batched", [False, True], ids=["Complete", "CompleteBatch"])
-def test_complete_partly_fenced_loses_no_link(cluster_redis: str, batched: bool) -> None:
+def test_complete_partly_fenced_loses_no_link(empty_redis: str, batched: bool) -> None:
     """Node a, still on ring 1, settles leases while the new owner b already claimed one of a's domains. A
     completion whose own domain stays with a lands, but the call fails because another part of its flush was
     fenced; the worker retries it. Every link of that completion must end up admitted somewhere or handed back for
@@ -1051,7 +1017,7 @@ def test_complete_partly_fenced_loses_no_link(cluster_redis: str, batched: bool)
     from frontier_node.service import FrontierService
 
     r1, r2 = _rings(["a", "c"], ["a", "b", "c"])
-    a, b, c = (_node(cluster_redis, n) for n in "abc")
+    a, b, c = (_node(empty_redis, n) for n in "abc")
     try:
         for n in (a, b, c):
             n.apply(r1)
@@ -1091,7 +1057,7 @@ def test_complete_partly_fenced_loses_no_link(cluster_redis: str, batched: bool)
         a.apply(r2)
         for resp in call([request(items[staying], links)]):
             forwarded += [link.observed for link in resp.forward]
-        judge = RedisStore.from_url(cluster_redis, node_id="test-judge", epoch=0)
+        judge = RedisStore.from_url(empty_redis, node_id="test-judge", epoch=0)
         try:
             lost = [u for u in links if judge.get(identify(u).fetch_key) is None and u not in forwarded]
         finally:

@@ -35,7 +35,7 @@ from hostring.v1 import coordinator_pb2_grpc as cpb_grpc
 from hostring.v1 import frontier_pb2 as pb
 from hostring.v1 import frontier_pb2_grpc as pb_grpc
 from tests.crawl_helpers import UA, CrawlProcess, crawl_cmd, load_report, scope_file, wait_until
-from tests.test_security import empty_redis, hostring_cmd, processes, serve  # noqa: F401  (fixtures)
+from tests.test_security import hostring_cmd, processes, serve  # noqa: F401  (fixtures)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -186,7 +186,7 @@ def test_crawl_metrics_during_and_after(web: LocalWeb, tmp_path: Path, processes
 # ============================================================================================== cluster
 
 
-def test_cluster_metrics_agree_with_reports(web: LocalWeb, tmp_path: Path, empty_redis: str,  # noqa: F811
+def test_cluster_metrics_agree_with_reports(web: LocalWeb, tmp_path: Path, empty_redis: str,
                                             processes: list[CrawlProcess]) -> None:  # noqa: F811
     coord, coord_port = serve(["coordinator", "--listen", "127.0.0.1:0", "--heartbeat-timeout", "5",
                                "--metrics-port", "0"], tmp_path, "coordinator")

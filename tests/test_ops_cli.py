@@ -31,7 +31,7 @@ from hostring.v1 import coordinator_pb2_grpc as cpb_grpc
 from hostring.v1 import frontier_pb2 as pb
 from hostring.v1 import frontier_pb2_grpc as pb_grpc
 from tests.crawl_helpers import CrawlProcess, crawl_cmd, journal, load_report, scope_file, wait_until
-from tests.test_security import empty_redis, hostring_cmd, processes, serve  # noqa: F401  (fixtures)
+from tests.test_security import hostring_cmd, processes, serve  # noqa: F401  (fixtures)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -142,7 +142,7 @@ def test_json_formatter_carries_exceptions() -> None:
 # ============================================================================================== status, via the ring
 
 
-def test_status_and_hosts_through_the_coordinator(tmp_path: Path, empty_redis: str,  # noqa: F811
+def test_status_and_hosts_through_the_coordinator(tmp_path: Path, empty_redis: str,
                                                  processes: list[CrawlProcess]) -> None:  # noqa: F811
     coord, coord_port = serve(["coordinator", "--listen", "127.0.0.1:0", "--heartbeat-timeout", "5"], tmp_path,
                               "coordinator")

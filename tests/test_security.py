@@ -21,7 +21,6 @@ from pathlib import Path
 
 import grpc
 import pytest
-import redis
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from hostring.security import INSECURE, TlsConfig, admin_metadata
@@ -121,37 +120,6 @@ def processes() -> Iterator[list[CrawlProcess]]:
     yield started
     for proc in started:
         proc.kill()
-
-
-@pytest.fixture
-def empty_redis(redis_url: str) -> Iterator[str]:
-    """A Redis database (1..15 of the session's server) with no keys: nodes write the fixed namespace "hostring".
-
-    Its "hostring:*" keys are deleted afterwards.
-    """
-    base = redis_url.rsplit("/", 1)[0] if re.search(r"/\d+$", redis_url) else redis_url.rstrip("/")
-    url = ""
-    for db in range(1, 16):
-        client = redis.Redis.from_url(f"{base}/{db}")
-        try:
-            if client.dbsize() == 0:
-                url = f"{base}/{db}"
-                break
-        except redis.ResponseError:  # fewer databases configured
-            break
-        finally:
-            client.close()
-    if not url:
-        pytest.skip(f"no empty Redis database among 1..15 of {redis_url}")
-    try:
-        yield url
-    finally:
-        client = redis.Redis.from_url(url)
-        try:
-            for key in list(client.scan_iter(match="hostring:*", count=1000)):
-                client.delete(key)
-        finally:
-            client.close()
 
 
 def free_port() -> int:
