@@ -40,7 +40,6 @@ import re
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -49,13 +48,14 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import grpc
 import redis
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from bench.node import cpu_seconds, machine
+from bench.proc import GroupProcess
 from frontier_node.store.redis import RedisStore
 from hostring.membership import ring_from_proto
 from hostring.ring import Ring
@@ -71,7 +71,6 @@ SETTLE_TIMEOUT_S = 60.0
 RPC_TIMEOUT_S = 120.0
 POLL_S = 0.01
 HEARTBEAT_TIMEOUT_S = 3.0
-_PORT_LINE = re.compile(r"listening on port (\d+)")
 _HANDOFF = re.compile(r"ring epoch (\d+): (\d+) members, released (\d+) domains, adopted (\d+), in ([0-9.]+)s")
 _DISCOVER_METHOD = "/hostring.v1.Frontier/Discover"
 _SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -119,64 +118,14 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _child_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "HOSTRING_ADMIN_TOKEN"}
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
-class Proc:
-    """A subprocess in its own process group, output to files; `stop` signals the whole group."""
+class Proc(GroupProcess):
+    """A benchmark child in its own process group (see bench.proc.GroupProcess), run from the repository."""
 
     def __init__(self, name: str, cmd: list[str], log_dir: Path) -> None:
-        self.name = name
-        self.out_path, self.err_path = log_dir / f"{name}.stdout", log_dir / f"{name}.stderr"
-        self._files: list[IO[bytes]] = [self.out_path.open("wb"), self.err_path.open("wb")]
-        self.started = time.perf_counter()
-        self.proc = subprocess.Popen(
-            cmd,
-            cwd=REPO,
-            stdout=self._files[0],
-            stderr=self._files[1],
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-            env=_child_env(),
-        )
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
+        super().__init__(name, cmd, log_dir, cwd=REPO)
 
     def port(self, timeout: float = STARTUP_TIMEOUT_S) -> int:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            m = _PORT_LINE.search(self.out_path.read_text(errors="replace"))
-            if m is not None:
-                return int(m.group(1))
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.02)
-        raise RuntimeError(f"{self.name} did not announce its port:\n{self.err_path.read_text()[-2000:]}")
-
-    def send(self, sig: int) -> None:
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, sig)
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
-        self.send(sig)
-        try:
-            self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.send(signal.SIGKILL)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(timeout=10)
-        for f in self._files:
-            f.close()
-        self._files = []
-
-    def log(self) -> str:
-        return self.err_path.read_text(errors="replace")
+        return super().port(timeout)
 
 
 def log_messages(text: str) -> list[str]:

@@ -38,13 +38,14 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import grpc
 import pytest
 import redis
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from bench.proc import GroupProcess, child_env
 from coordinator.localweb import LocalWeb, Oracle, oracle_for, random_model, render_model
 from frontier_node.store.redis import ROBOTS_PREFIX, RedisStore
 from hostring.membership import ring_from_proto
@@ -66,7 +67,6 @@ from tests.crawl_helpers import (
 
 STARTUP_TIMEOUT_S = 30.0
 RPC_TIMEOUT_S = 10.0
-_PORT_LINE = re.compile(r"listening on port (\d+)")
 _HANDOFF_LINE = re.compile(r"ring epoch (\d+): (\d+) members, released (\d+) domains, adopted (\d+)")
 _SERVING = health_pb2.HealthCheckResponse.SERVING
 
@@ -74,58 +74,23 @@ _SERVING = health_pb2.HealthCheckResponse.SERVING
 # ============================================================================================== processes
 
 
-class Proc:
-    """One hostring subprocess in its own session (process group); output goes to files in `log_dir`."""
+class Proc(GroupProcess):
+    """One hostring subprocess in its own session (process group); output goes to files in `log_dir`.
+
+    Tests stop with SIGKILL unless told otherwise, and a process that never announces its port fails the test
+    with its last log messages.
+    """
+
+    stop_signal = signal.SIGKILL
 
     def __init__(self, name: str, cmd: list[str], log_dir: Path) -> None:
-        self.name = name
-        self.cmd = cmd
-        self.out_path = log_dir / f"{name}.stdout"
-        self.err_path = log_dir / f"{name}.stderr"
-        self._files: list[IO[bytes]] = [self.out_path.open("wb"), self.err_path.open("wb")]
-        self.started = time.monotonic()
-        self.proc = subprocess.Popen(
-            cmd, cwd=REPO, stdout=self._files[0], stderr=self._files[1], stdin=subprocess.DEVNULL,
-            start_new_session=True, env=child_env(),
-        )  # fmt: skip
-
-    @property
-    def running(self) -> bool:
-        return self.proc.poll() is None
+        super().__init__(name, cmd, log_dir, cwd=REPO)
 
     def port(self, timeout: float = STARTUP_TIMEOUT_S) -> int:
-        """The port the process announced on stdout ("listening on port N"), waiting a bounded time."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            m = _PORT_LINE.search(self.out_path.read_text(errors="replace"))
-            if m is not None:
-                return int(m.group(1))
-            if not self.running:
-                break
-            time.sleep(0.05)
-        raise AssertionError(f"{self.name} did not announce its port within {timeout}s\n{self.tail()}")
-
-    def send(self, sig: int) -> None:
-        """Send `sig` to the whole process group, if the leader has not been reaped yet."""
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, sig)
-
-    def stop(self, sig: int = signal.SIGKILL, timeout: float = 10.0) -> None:
-        """Signal the group and reap the leader; SIGKILL if it outlives `timeout`."""
-        self.send(sig)
         try:
-            self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.send(signal.SIGKILL)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(timeout=10)
-        for f in self._files:
-            f.close()
-        self._files = []
-
-    def log(self) -> str:
-        return self.err_path.read_text(errors="replace")
+            return super().port(timeout)
+        except RuntimeError:
+            raise AssertionError(f"{self.name} did not announce its port within {timeout}s\n{self.tail()}") from None
 
     def tail(self, n: int = 12) -> str:
         """The last `n` distinct log messages (repeats counted, tracebacks cut to their last lines)."""
@@ -139,13 +104,6 @@ class Proc:
                 counted.append([text, msg + ("\n    " + "\n    ".join(exc.splitlines()[-3:]) if exc else ""), 1])
         lines = [f"  {full}" + (f"  (x{k})" if k > 1 else "") for _, full, k in counted[-n:]]
         return f"--- {self.name} (pid {self.proc.pid}, rc {self.proc.poll()}); stdout: {out}\n" + "\n".join(lines)
-
-
-def child_env() -> dict[str, str]:
-    """This environment for a child, unbuffered, without an admin token (the cluster here runs without one)."""
-    env = {k: v for k, v in os.environ.items() if k != "HOSTRING_ADMIN_TOKEN"}
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
 
 
 def hostring_cmd(*args: str) -> list[str]:
