@@ -8,14 +8,13 @@ from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
 from frontier_node.core.states import State
+from hostring.urls import UrlRejected, identify
 
 ROBOTS_PREFIX = "robots:"
 
 
 def key_domain(key: str) -> str:
     """The registrable domain that owns a fetch key (robots items are keyed "robots:" + origin)."""
-    from hostring.urls import UrlRejected, identify
-
     try:
         return identify(key[len(ROBOTS_PREFIX) :] if key.startswith(ROBOTS_PREFIX) else key).domain
     except UrlRejected:
