@@ -15,14 +15,14 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 from urllib.parse import urlsplit
 
-from coordinator.localweb import Hit, Key, LocalWeb, WebModel, canonical_target, oracle_for
+from hostring_testing import Hit, Key, LocalWeb, WebModel, canonical_target, oracle_for
 
 REPO = Path(__file__).resolve().parent.parent
 STORE_NAME = "frontier.sqlite3"
@@ -35,32 +35,6 @@ LOOPBACK = "127.0.0.0/8"
 # Slack for comparing the server's clock readings with a configured delay: the server stamps a hit's end
 # after its last write and the next start after parsing a request head, both on one event loop thread.
 GAP_TOLERANCE_S = 0.02
-
-
-class CountingWeb(LocalWeb):
-    """A LocalWeb that also counts accepted TCP connections per origin label and notes when requests begin.
-
-    LocalWeb logs requests (Hits) only, when they end; a client that connects and sends nothing would leave no
-    trace, so tests that must show "no connection at all" count accepts here. (It overrides two private
-    LocalWeb methods; keep it in step with coordinator/localweb.py.)
-    """
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.connections: Counter[str] = Counter()
-        self.started: list[tuple[str, str, float]] = []
-        """(label, resource, time) of every request as it begins (Hits are logged when a request ends)."""
-
-    async def _serve_connection(self, label: str, reader: Any, writer: Any) -> None:  # type: ignore[override]
-        self.connections[label] += 1
-        await super()._serve_connection(label, reader, writer)
-
-    def _resolve(self, label: str, target: str) -> Any:
-        self.started.append((label, canonical_target(target), time.time()))
-        return super()._resolve(label, target)
-
-    def has_started(self, label: str, resource: str) -> bool:
-        return any(lb == label and r == resource for lb, r, _ in list(self.started))
 
 
 # ------------------------------------------------------------------------------------------------ commands

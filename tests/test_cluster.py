@@ -46,7 +46,6 @@ import redis
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from bench.proc import GroupProcess, child_env
-from coordinator.localweb import LocalWeb, Oracle, oracle_for, random_model, render_model
 from frontier_node.store.redis import ROBOTS_PREFIX, RedisStore
 from hostring.membership import ring_from_proto
 from hostring.ring import Ring
@@ -55,6 +54,7 @@ from hostring.v1 import coordinator_pb2 as cpb
 from hostring.v1 import coordinator_pb2_grpc as cpb_grpc
 from hostring.v1 import frontier_pb2 as pb
 from hostring.v1 import frontier_pb2_grpc as pb_grpc
+from hostring_testing import LocalWeb, Oracle, oracle_for, random_model, render_model
 from tests.crawl_helpers import (
     LOOPBACK,
     REPO,

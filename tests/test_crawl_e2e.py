@@ -25,7 +25,8 @@ from typing import Any
 
 import pytest
 
-from coordinator.localweb import (
+from hostring_testing import (
+    CountingWeb,
     LinkSpec,
     LocalWeb,
     Page,
@@ -45,7 +46,6 @@ from tests.crawl_helpers import (
     LOOPBACK,
     TOKEN,
     UA,
-    CountingWeb,
     CrawlProcess,
     by_state,
     crawl_cmd,

@@ -1,6 +1,6 @@
 """Prometheus metrics of real processes, scraped during a crawl and after it, and checked against the report.
 
-Two set-ups, both crawling the sample web (`coordinator.localweb.sample_web`) on loopback:
+Two set-ups, both crawling the sample web (`hostring_testing.sample_web`) on loopback:
 
 - `hostring crawl --metrics-port P`: the worker (P) and the node (P+1) are scraped while the crawl runs;
   counters only grow, names and labels follow the conventions, and a node reopened on the finished store
@@ -29,11 +29,11 @@ import grpc
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from coordinator.localweb import LocalWeb, sample_oracle, sample_web
 from hostring.v1 import coordinator_pb2 as cpb
 from hostring.v1 import coordinator_pb2_grpc as cpb_grpc
 from hostring.v1 import frontier_pb2 as pb
 from hostring.v1 import frontier_pb2_grpc as pb_grpc
+from hostring_testing import LocalWeb, sample_oracle, sample_web
 from tests.crawl_helpers import UA, CrawlProcess, crawl_cmd, load_report, scope_file, wait_until
 from tests.test_security import hostring_cmd, processes, serve  # noqa: F401  (fixtures)
 
