@@ -194,7 +194,7 @@ class Cluster:
         self.coordinator = f"127.0.0.1:{coord.port()}"
 
     def _start(self, name: str, *args: str) -> Proc:
-        cmd = [sys.executable, "-m", "coordinator.cli", "--log-level", self.log_level, *args]
+        cmd = [sys.executable, "-m", "hostring_cli", "--log-level", self.log_level, *args]
         proc = self.procs[name] = Proc(name, cmd, self.log_dir)
         return proc
 

@@ -239,7 +239,7 @@ def run_crawl(
     cmd = [
         sys.executable,
         "-m",
-        "coordinator.cli",
+        "hostring_cli",
         "crawl",
         "--seeds-file",
         str(seeds_file),
@@ -435,7 +435,7 @@ def run(w: Workload, keep: Path | None = None) -> dict[str, Any]:
         "throughput": {**asdict(w.throughput), "delay_s": 0.0, "concurrency_per_origin": 1, "fetchers": 64},
         "politeness": {**asdict(w.polite), "delay_s": w.polite_delay, "concurrency_per_origin": 1},
         "profile": ({**asdict(w.profile), "delay_s": 0.0} if w.profile else None),
-        "crawl": "python -m coordinator.cli crawl (node child on SQLite + in-process worker), all roots as seeds, "
+        "crawl": "python -m hostring_cli crawl (node child on SQLite + in-process worker), all roots as seeds, "
         "--scope FILE of every origin host, --allow-network 127.0.0.0/8, --no-progress",
         "web": "hostring_testing.LocalWeb in its own process (python -m bench.crawl --serve), one 127.0.0.x "
         "address per origin",

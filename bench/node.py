@@ -256,7 +256,7 @@ class NodeProcess:
         self._log: IO[bytes] = open(log, "wb")  # noqa: SIM115 - closed in stop()
         self.log_path = log
         cmd = [
-            sys.executable, "-m", "coordinator.cli", "--log-level", "WARNING", "node", "--store", f"sqlite:///{store}",
+            sys.executable, "-m", "hostring_cli", "--log-level", "WARNING", "node", "--store", f"sqlite:///{store}",
             "--listen", "127.0.0.1:0", "--delay", "0",
         ]  # fmt: skip
         self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=self._log)

@@ -50,7 +50,7 @@ def crawl_cmd(
     extra: Sequence[str] = (),
 ) -> list[str]:
     """`hostring crawl` as a subprocess command line (always --no-progress, our User-Agent)."""
-    cmd = [sys.executable, "-m", "coordinator.cli", "crawl", *seeds, "--out", str(out), "--no-progress",
+    cmd = [sys.executable, "-m", "hostring_cli", "crawl", *seeds, "--out", str(out), "--no-progress",
            "--delay", str(delay), "--user-agent", UA]
     for cidr in allow:
         cmd += ["--allow-network", cidr]
@@ -263,7 +263,7 @@ def crawl_in_process(
     """`run_crawl` in this process (main thread: it installs signal handlers); (exit code, report, printed text)."""
     import io
 
-    from coordinator.crawl import CrawlOptions, run_crawl
+    from hostring_cli.crawl import CrawlOptions, run_crawl
 
     text = io.StringIO()
     opts = CrawlOptions(seeds=list(seeds), out=out, scope="list" if scope is not None else "domain",

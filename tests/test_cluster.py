@@ -107,7 +107,7 @@ class Proc(GroupProcess):
 
 
 def hostring_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "coordinator.cli", *args]
+    return [sys.executable, "-m", "hostring_cli", *args]
 
 
 class Cluster:

@@ -561,7 +561,7 @@ def test_sigkill_midway_then_resume_finishes_without_unexplained_refetches(tmp_p
 def test_demo_runs_and_prints_the_server_side_check(tmp_path: Path) -> None:
     """`hostring demo --out DIR` exits 0 and prints what the servers saw: nothing missed, nothing forbidden,
     nothing twice, one request at a time per origin."""
-    cmd = [sys.executable, "-m", "coordinator.cli", "demo", "--out", str(tmp_path / "demo"), "--delay", "0.05"]
+    cmd = [sys.executable, "-m", "hostring_cli", "demo", "--out", str(tmp_path / "demo"), "--delay", "0.05"]
     proc = run_cli(cmd, None, tmp_path, timeout=80, name="demo")
     assert proc.proc is not None and proc.proc.returncode == 0, proc.output()
     out = proc.stdout()

@@ -381,7 +381,7 @@ def test_dockerignore_keeps_context_minimal() -> None:
         "README.md",
         "hostring/urls.py",
         "hostring/v1/frontier_pb2.pyi",
-        "coordinator/cli.py",
+        "hostring_cli/cli.py",
     ):
         assert _in_build_context(path, rules), f"{path} is needed by the build but excluded"
     # Every file the Dockerfile copies really exists and is in the context.
@@ -448,7 +448,7 @@ def test_build_stage_makes_a_complete_wheel(tmp_path: Path) -> None:
             relative = str(module.relative_to(REPO))
             if "__pycache__" not in relative and module.suffix in (".py", ".pyi"):
                 assert relative in names, f"{relative} missing from the image's wheel"
-    assert "hostring = coordinator.cli:main" in entry_points
+    assert "hostring = hostring_cli.cli:main" in entry_points
     # The compose healthchecks import grpc_health: it must be a runtime dependency, not a test one.
     assert re.search(r"^Requires-Dist: grpcio-health-checking", metadata, re.MULTILINE)
 
@@ -1154,7 +1154,7 @@ def _command_lines(compose: dict[str, Any], base, overlays) -> list[tuple[str, l
 def test_command_lines_match_the_cli(compose, base, overlays) -> None:
     import argparse
 
-    from coordinator.cli import build_parser
+    from hostring_cli.cli import build_parser
 
     parser = build_parser()
     subcommands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices

@@ -21,7 +21,6 @@ from typing import Any
 import grpc
 import pytest
 
-from coordinator.cli import build_parser
 from hostring.domains import registrable_domain
 from hostring.logs import JsonFormatter
 from hostring.membership import ring_from_proto
@@ -29,6 +28,7 @@ from hostring.v1 import coordinator_pb2 as cpb
 from hostring.v1 import coordinator_pb2_grpc as cpb_grpc
 from hostring.v1 import frontier_pb2 as pb
 from hostring.v1 import frontier_pb2_grpc as pb_grpc
+from hostring_cli.cli import build_parser
 from hostring_testing import LocalWeb, sample_oracle, sample_web
 from tests.crawl_helpers import CrawlProcess, crawl_cmd, journal, load_report, scope_file, wait_until
 from tests.test_security import hostring_cmd, processes, serve  # noqa: F401  (fixtures)

@@ -96,7 +96,7 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
 
 
 def hostring_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "coordinator.cli", "--log-format", "json", *args]
+    return [sys.executable, "-m", "hostring_cli", "--log-format", "json", *args]
 
 
 def serve(args: Sequence[str], log_dir: Path, name: str) -> tuple[CrawlProcess, int]:
