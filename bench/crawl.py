@@ -44,7 +44,6 @@ from pathlib import Path
 from typing import Any
 
 from bench.node import machine, profile_summary
-from bench.proc import stop_process
 from hostring_testing import (
     LinkSpec,
     LocalWeb,
@@ -56,6 +55,7 @@ from hostring_testing import (
     random_model,
     render_model,
 )
+from hostring_testing.proc import stop_process
 
 REPO = Path(__file__).resolve().parent.parent
 UA = "hostring-bench/0.1 (+https://github.com/hostring/hostring)"

@@ -48,7 +48,6 @@ from typing import IO, Any
 
 import grpc
 
-from bench.proc import stop_process
 from frontier_node.core.config import FrontierConfig, PolitenessConfig
 from frontier_node.core.frontier import Frontier
 from frontier_node.core.ports import Store
@@ -58,6 +57,7 @@ from frontier_node.store.sqlite import SqliteStore
 from hostring.clock import WallClock
 from hostring.v1 import frontier_pb2 as pb
 from hostring.v1 import frontier_pb2_grpc as pb_grpc
+from hostring_testing.proc import stop_process
 
 REPO = Path(__file__).resolve().parent.parent
 STARTUP_TIMEOUT_S = 30.0
