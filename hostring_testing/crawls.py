@@ -154,7 +154,7 @@ def journal(out: Path, *, event: str | None = None, key: str | None = None) -> l
     con = sqlite3.connect(f"file:{out / STORE_NAME}?mode=ro", uri=True, timeout=10)
     con.row_factory = sqlite3.Row
     try:
-        sql, args = "SELECT * FROM journal WHERE 1=1", []
+        sql, args = "SELECT * FROM journal WHERE 1=1", list[str]()
         if event is not None:
             sql, args = sql + " AND event = ?", [*args, event]
         if key is not None:

@@ -521,11 +521,13 @@ class CountingWeb(LocalWeb):
         self.started: list[tuple[str, str, float]] = []
         """(label, resource, time) of every request as it begins (Hits are logged when a request ends)."""
 
-    async def _serve_connection(self, label: str, reader: Any, writer: Any) -> None:  # type: ignore[override]
+    async def _serve_connection(
+        self, label: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
         self.connections[label] += 1
         await super()._serve_connection(label, reader, writer)
 
-    def _resolve(self, label: str, target: str) -> Any:
+    def _resolve(self, label: str, target: str) -> tuple[Page, str]:
         self.started.append((label, canonical_target(target), time.time()))
         return super()._resolve(label, target)
 
