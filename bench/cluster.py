@@ -39,7 +39,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import sys
 import tempfile
 import threading
@@ -50,30 +49,22 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import grpc
 import redis
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from bench.node import cpu_seconds, machine
-from bench.proc import GroupProcess
 from frontier_node.store.redis import RedisStore
-from hostring.membership import ring_from_proto
 from hostring.ring import Ring
 from hostring.urls import identify
-from hostring.v1 import coordinator_pb2 as cpb
-from hostring.v1 import coordinator_pb2_grpc as cpb_grpc
 from hostring.v1 import frontier_pb2 as pb
 from hostring.v1 import frontier_pb2_grpc as pb_grpc
+from hostring_testing.cluster import Cluster, wait_for
+from hostring_testing.redis_server import RedisServer
 
-REPO = Path(__file__).resolve().parent.parent
-STARTUP_TIMEOUT_S = 30.0
 SETTLE_TIMEOUT_S = 60.0
 RPC_TIMEOUT_S = 120.0
 POLL_S = 0.01
 HEARTBEAT_TIMEOUT_S = 3.0
-_HANDOFF = re.compile(r"ring epoch (\d+): (\d+) members, released (\d+) domains, adopted (\d+), in ([0-9.]+)s")
 _DISCOVER_METHOD = "/hostring.v1.Frontier/Discover"
-_SERVING = health_pb2.HealthCheckResponse.SERVING
 _CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 64 * 2**20)]
 
 
@@ -112,173 +103,47 @@ QUICK = Workload(hosts=1_000, links=10_000, lease_pages=3_000)
 # ====================================================================== processes
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+@dataclass
+class BenchCluster(Cluster):
+    """The shared cluster harness, knowing the pid of its redis-server too (for CPU seconds by process)."""
 
-
-class Proc(GroupProcess):
-    """A benchmark child in its own process group (see bench.proc.GroupProcess), run from the repository."""
-
-    def __init__(self, name: str, cmd: list[str], log_dir: Path) -> None:
-        super().__init__(name, cmd, log_dir, cwd=REPO)
-
-    def port(self, timeout: float = STARTUP_TIMEOUT_S) -> int:
-        return super().port(timeout)
-
-
-def log_messages(text: str) -> list[str]:
-    """The messages of a hostring log, whether it is text or one JSON object per line."""
-    out = []
-    for line in text.splitlines():
-        if line.startswith("{"):
-            with contextlib.suppress(ValueError):
-                out.append(str(json.loads(line).get("msg", "")))
-                continue
-        out.append(line)
-    return out
-
-
-class RedisServer:
-    """A redis-server of our own on a free loopback port, no persistence, in `directory`."""
-
-    def __init__(self, directory: Path) -> None:
-        if shutil.which("redis-server") is None:
-            raise SystemExit("bench.cluster needs redis-server on PATH")
-        self.port = _free_port()
-        self.proc = Proc("redis", ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                                   "--appendonly", "no", "--dir", str(directory)], directory)  # fmt: skip
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        client = redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=0.2)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                client.ping()
-                break
-            except (redis.ConnectionError, redis.TimeoutError):
-                if time.monotonic() > deadline or self.proc.proc.poll() is not None:
-                    self.proc.stop(signal.SIGKILL)
-                    raise RuntimeError("redis-server did not start") from None
-                time.sleep(0.02)
-        self.client = client
-
-    def flush(self) -> None:
-        self.client.flushall()
-
-    def stop(self) -> None:
-        self.client.close()
-        self.proc.stop(signal.SIGTERM)
-
-
-class Cluster:
-    """A coordinator and nodes on one Redis, each a process group; every one is killed by `close`."""
-
-    def __init__(self, log_dir: Path, srv: RedisServer, log_level: str = "WARNING") -> None:
-        self.log_dir, self.redis_url, self.log_level = log_dir, srv.url, log_level
-        self.redis_pid = srv.proc.pid
-        redis_url = srv.url
-        self.procs: dict[str, Proc] = {}
-        self.addresses: dict[str, str] = {}
-        self._channels: dict[str, grpc.Channel] = {}
-        coord = self._start(
-            "coordinator",
-            "coordinator",
-            "--listen",
-            "127.0.0.1:0",
-            "--redis",
-            redis_url,
-            "--heartbeat-timeout",
-            str(HEARTBEAT_TIMEOUT_S),
-        )
-        self.coordinator = f"127.0.0.1:{coord.port()}"
-
-    def _start(self, name: str, *args: str) -> Proc:
-        cmd = [sys.executable, "-m", "coordinator.cli", "--log-level", self.log_level, *args]
-        proc = self.procs[name] = Proc(name, cmd, self.log_dir)
-        return proc
-
-    def start_nodes(self, *node_ids: str) -> dict[str, Proc]:
-        procs = {n: self._start(n, "node", "--coordinator", self.coordinator, "--id", n, "--listen", "127.0.0.1:0",
-                                "--store", self.redis_url, "--delay", "0") for n in node_ids}  # fmt: skip
-        for n, proc in procs.items():
-            self.addresses[n] = f"127.0.0.1:{proc.port()}"
-        return procs
-
-    def close(self) -> None:
-        for name in [n for n in self.procs if n != "coordinator"] + ["coordinator"]:
-            self.procs[name].stop(signal.SIGKILL)
-        for channel in self._channels.values():
-            channel.close()
-
-    def channel(self, address: str) -> grpc.Channel:
-        ch = self._channels.get(address)
-        if ch is None:
-            ch = self._channels[address] = grpc.insecure_channel(address, options=_CHANNEL_OPTIONS)
-        return ch
-
-    def ring(self) -> Ring:
-        stub = cpb_grpc.CoordinatorStub(self.channel(self.coordinator))  # type: ignore[no-untyped-call]
-        return ring_from_proto(stub.GetRing(cpb.GetRingRequest(), timeout=10))
-
-    def stub(self, node_id: str) -> pb_grpc.FrontierStub:
-        return pb_grpc.FrontierStub(self.channel(self.addresses[node_id]))  # type: ignore[no-untyped-call]
-
-    def epoch_of(self, node_id: str) -> int:
-        return int(self.stub(node_id).Stats(pb.StatsRequest(), timeout=10).ring_epoch)
-
-    def serving(self, node_id: str) -> bool:
-        stub = health_pb2_grpc.HealthStub(self.channel(self.addresses[node_id]))
-        return bool(stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=10).status == _SERVING)
-
-    def settled(self, members: set[str]) -> Ring | None:
-        try:
-            ring = self.ring()
-            if set(ring.members) != members:
-                return None
-            for n in members:
-                if self.epoch_of(n) != ring.epoch or not self.serving(n):
-                    return None
-        except grpc.RpcError:
-            return None
-        return ring
-
-    def wait(self, predicate: Callable[[], Any], what: str, timeout: float = SETTLE_TIMEOUT_S) -> Any:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            value = predicate()
-            if value:
-                return value
-            time.sleep(POLL_S)
-        raise RuntimeError(
-            f"timed out after {timeout}s waiting for {what}\n"
-            + "\n".join(f"--- {n}\n{p.log()[-1500:]}" for n, p in self.procs.items())
-        )
-
-    def handoffs(self, node_id: str) -> dict[int, dict[str, float]]:
-        """epoch -> the node's own handoff line: members, released, adopted, seconds."""
-        out = {}
-        for msg in log_messages(self.procs[node_id].log()):
-            m = _HANDOFF.search(msg)
-            if m:
-                out[int(m.group(1))] = {
-                    "members": int(m.group(2)),
-                    "released": int(m.group(3)),
-                    "adopted": int(m.group(4)),
-                    "seconds": float(m.group(5)),
-                }
-        return out
+    redis_pid: int = 0
 
 
 @contextlib.contextmanager
-def cluster(log_dir: Path, srv: RedisServer, node_ids: Sequence[str], log_level: str = "WARNING") -> Iterator[Cluster]:
-    c = Cluster(log_dir, srv, log_level)
-    try:
+def cluster(
+    log_dir: Path, srv: RedisServer, node_ids: Sequence[str], log_level: str = "WARNING"
+) -> Iterator[BenchCluster]:
+    """A coordinator and `node_ids` on `srv` (the shared harness, nodes at --delay 0), settled; every process is
+    killed on the way out."""
+    with BenchCluster(log_dir, srv.url, heartbeat_timeout=HEARTBEAT_TIMEOUT_S, delay=0, user_agent=None,
+                      log_level=log_level, channel_options=_CHANNEL_OPTIONS, redis_pid=srv.pid) as c:  # fmt: skip
+        c.start_coordinator()
         c.start_nodes(*node_ids)
-        c.wait(lambda: c.settled(set(node_ids)), f"the ring to settle on {list(node_ids)}")
+        settle(c, set(node_ids), f"the ring to settle on {list(node_ids)}")
         yield c
-    finally:
-        c.close()
+
+
+def settle(c: Cluster, members: set[str], what: str, timeout: float = SETTLE_TIMEOUT_S) -> Ring:
+    """The ring once `members` all applied it and serve, polled every POLL_S; the processes' logs if it fails."""
+    try:
+        return c.wait_settled(members, timeout, interval=POLL_S)
+    except AssertionError as e:
+        raise RuntimeError(f"timed out waiting for {what}: {e}\n{c.logs()}") from None
+
+
+def wait(c: Cluster, predicate: Callable[[], bool], what: str, timeout: float = SETTLE_TIMEOUT_S) -> None:
+    """Poll `predicate` every POLL_S until it holds; the processes' logs if it does not within `timeout`."""
+    try:
+        wait_for(predicate, timeout, what, interval=POLL_S)
+    except AssertionError as e:
+        raise RuntimeError(f"{e}\n{c.logs()}") from None
+
+
+def handoff(c: Cluster, node_id: str, epoch: int) -> dict[str, Any]:
+    """The node's own handoff line for `epoch`: members, released, adopted, seconds ({} if it logged none)."""
+    line = c.handoffs(node_id).get(epoch)
+    return line._asdict() if line is not None else {}
 
 
 # ====================================================================== client helpers
@@ -335,7 +200,7 @@ class CpuWatch:
         self.cpu = {n: round(now[n] - self._c[n], 3) for n in now}
 
 
-def discover_all(c: Cluster, ring: Ring, urls: Sequence[str], w: Workload) -> dict[str, Any]:
+def discover_all(c: BenchCluster, ring: Ring, urls: Sequence[str], w: Workload) -> dict[str, Any]:
     """Send `urls` to their owners in batches, `streams_per_node` threads per node; timed, with CPU per process."""
     t0 = time.perf_counter()
     routed = route(ring, urls)
@@ -388,8 +253,8 @@ def _node_cpu(cpu: dict[str, float]) -> float:
     return max(0.001, sum(v for n, v in cpu.items() if re.fullmatch(r"n\d+", n)))
 
 
-def _pids(c: Cluster) -> dict[str, int]:
-    pids = {n: p.pid for n, p in c.procs.items() if p.proc.poll() is None}
+def _pids(c: BenchCluster) -> dict[str, int]:
+    pids = {n: p.pid for n, p in c.procs.items() if p.running}
     pids["redis"] = c.redis_pid
     return pids
 
@@ -409,12 +274,12 @@ def _outcome(item: pb.LeaseItem, n: int) -> pb.CompleteRequest:
     return pb.CompleteRequest(lease_id=item.lease_id, generation=item.generation, outcome=outcome, worker_id="bench")
 
 
-def lease_complete_all(c: Cluster, w: Workload) -> dict[str, Any]:
+def lease_complete_all(c: BenchCluster, w: Workload) -> dict[str, Any]:
     """Robots first on every node (untimed), then Lease+Complete on every node at once until lease_pages are done."""
     seq = itertools.count(1)
     robots = 0
     for n in c.addresses:
-        stub = c.stub(n)
+        stub = c.frontier(n)
         while True:
             items = stub.Lease(pb.LeaseRequest(worker_id="bench", max_items=w.lease_batch), timeout=RPC_TIMEOUT_S).items
             robots_items = [it for it in items if it.kind == pb.ROBOTS]
@@ -429,7 +294,7 @@ def lease_complete_all(c: Cluster, w: Workload) -> dict[str, Any]:
     refused = [0]
     targets: list[Callable[[], None]] = []
     for n in c.addresses:
-        stub = c.stub(n)
+        stub = c.frontier(n)
         for s in range(w.streams_per_node):
 
             def stream(stub: pb_grpc.FrontierStub = stub, n: str = n, worker: str = f"bench-{n}-{s}") -> None:
@@ -484,12 +349,12 @@ def membership_figures(tmp: Path, srv: RedisServer, w: Workload) -> dict[str, An
             t0 = time.perf_counter()
             c.start_nodes("n4")
             t_port = time.perf_counter() - t0
-            c.wait(lambda: "n4" in c.ring().members, "n4 to register")
+            wait(c, lambda: "n4" in c.ring().members, "n4 to register")
             t_registered = time.perf_counter() - t0
-            ring4 = c.wait(lambda: c.settled({"n1", "n2", "n3", "n4"}), "the join to settle")
+            ring4 = settle(c, {"n1", "n2", "n3", "n4"}, "the join to settle")
             t_settled = time.perf_counter() - t0
             moved = ring3.moved(ring4, domains)
-            logged = {n: c.handoffs(n).get(ring4.epoch, {}) for n in ("n1", "n2", "n3", "n4")}
+            logged = {n: handoff(c, n, ring4.epoch) for n in ("n1", "n2", "n3", "n4")}
             out["join"] = {
                 "settle_s_from_process_start": round(t_settled, 3),
                 "process_start_to_port_s": round(t_port, 3),
@@ -508,15 +373,15 @@ def membership_figures(tmp: Path, srv: RedisServer, w: Workload) -> dict[str, An
             victim_domains = [d for d in domains if ring4.owns("n2", d)]
             t0 = time.perf_counter()
             c.procs["n2"].send(signal.SIGTERM)
-            c.wait(lambda: "n2" not in c.ring().members, "n2 to leave")
+            wait(c, lambda: "n2" not in c.ring().members, "n2 to leave")
             t_left = time.perf_counter() - t0
-            ring_left = c.wait(lambda: c.settled({"n1", "n3", "n4"}), "the leave to settle")
+            ring_left = settle(c, {"n1", "n3", "n4"}, "the leave to settle")
             t_settled = time.perf_counter() - t0
             pipe = judge.client.pipeline(transaction=False)
             for d in victim_domains:
                 pipe.hget(f"{judge.namespace}:{{d:{d}}}:fence", "owner")
             owners = Counter(o.decode() if isinstance(o, bytes) else str(o) for o in pipe.execute())
-            logged = {n: c.handoffs(n).get(ring_left.epoch, {}) for n in ("n1", "n3", "n4")}
+            logged = {n: handoff(c, n, ring_left.epoch) for n in ("n1", "n3", "n4")}
             out["leave_sigterm"] = {
                 "settle_s_from_signal": round(t_settled, 3),
                 "signal_to_left_ring_s": round(t_left, 3),
@@ -532,9 +397,9 @@ def membership_figures(tmp: Path, srv: RedisServer, w: Workload) -> dict[str, An
             # -- failure (SIGKILL: the heartbeat timeout decides)
             t0 = time.perf_counter()
             c.procs["n3"].send(signal.SIGKILL)
-            c.wait(lambda: "n3" not in c.ring().members, "n3 to expire", timeout=HEARTBEAT_TIMEOUT_S + 30)
+            wait(c, lambda: "n3" not in c.ring().members, "n3 to expire", timeout=HEARTBEAT_TIMEOUT_S + 30)
             t_left = time.perf_counter() - t0
-            ring_kill = c.wait(lambda: c.settled({"n1", "n4"}), "the failure to settle")
+            ring_kill = settle(c, {"n1", "n4"}, "the failure to settle")
             t_settled = time.perf_counter() - t0
             out["failure_sigkill"] = {
                 "settle_s_from_kill": round(t_settled, 3),
@@ -571,15 +436,13 @@ def run(w: Workload) -> dict[str, Any]:
     figures["machine"]["note"] = (
         f"every process (redis-server, coordinator, nodes, this client) shares this machine's {cores} CPUs"
     )
-    with tempfile.TemporaryDirectory(prefix="hostring-bench-cluster-") as tmp:
-        srv = RedisServer(Path(tmp))
-        try:
-            mdir = Path(tmp) / "membership"
-            mdir.mkdir()
-            figures["membership"] = membership_figures(mdir, srv, w)
-            figures["throughput"] = throughput_figures(Path(tmp), srv, w)
-        finally:
-            srv.stop()
+    if shutil.which("redis-server") is None:
+        raise SystemExit("bench.cluster needs redis-server on PATH")
+    with tempfile.TemporaryDirectory(prefix="hostring-bench-cluster-") as tmp, RedisServer(Path(tmp)) as srv:
+        mdir = Path(tmp) / "membership"
+        mdir.mkdir()
+        figures["membership"] = membership_figures(mdir, srv, w)
+        figures["throughput"] = throughput_figures(Path(tmp), srv, w)
     figures["machine"]["loadavg_end"] = list(os.getloadavg())
     return figures
 

@@ -44,8 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.node import machine, profile_summary
-from bench.proc import stop_process
-from coordinator.localweb import (
+from hostring_testing import (
     LinkSpec,
     LocalWeb,
     Oracle,
@@ -56,6 +55,7 @@ from coordinator.localweb import (
     random_model,
     render_model,
 )
+from hostring_testing.proc import stop_process
 
 REPO = Path(__file__).resolve().parent.parent
 UA = "hostring-bench/0.1 (+https://github.com/hostring/hostring)"
@@ -68,7 +68,7 @@ _CLK = os.sysconf("SC_CLK_TCK")
 
 @dataclass(frozen=True)
 class RandomWebSpec:
-    """A generated web (localweb.random_model): robots files, redirects, mirrors, broken links, varied spellings.
+    """A generated web (hostring_testing.random_model): robots files, redirects, mirrors, broken links, spellings.
 
     No 503 robots origin (its bounded retries would stretch the crawl by minutes of waiting) and no calendar
     traps (budget-bounded, they would make the page count depend on depth limits), so the work is the oracle's.
@@ -239,7 +239,7 @@ def run_crawl(
     cmd = [
         sys.executable,
         "-m",
-        "coordinator.cli",
+        "hostring_cli",
         "crawl",
         "--seeds-file",
         str(seeds_file),
@@ -435,9 +435,9 @@ def run(w: Workload, keep: Path | None = None) -> dict[str, Any]:
         "throughput": {**asdict(w.throughput), "delay_s": 0.0, "concurrency_per_origin": 1, "fetchers": 64},
         "politeness": {**asdict(w.polite), "delay_s": w.polite_delay, "concurrency_per_origin": 1},
         "profile": ({**asdict(w.profile), "delay_s": 0.0} if w.profile else None),
-        "crawl": "python -m coordinator.cli crawl (node child on SQLite + in-process worker), all roots as seeds, "
+        "crawl": "python -m hostring_cli crawl (node child on SQLite + in-process worker), all roots as seeds, "
         "--scope FILE of every origin host, --allow-network 127.0.0.0/8, --no-progress",
-        "web": "coordinator.localweb.LocalWeb in its own process (python -m bench.crawl --serve), one 127.0.0.x "
+        "web": "hostring_testing.LocalWeb in its own process (python -m bench.crawl --serve), one 127.0.0.x "
         "address per origin",
     }
     tmpdir = tempfile.mkdtemp(prefix="hostring-bench-crawl-", dir=keep)

@@ -48,7 +48,6 @@ from typing import IO, Any
 
 import grpc
 
-from bench.proc import stop_process
 from frontier_node.core.config import FrontierConfig, PolitenessConfig
 from frontier_node.core.frontier import Frontier
 from frontier_node.core.ports import Store
@@ -58,6 +57,7 @@ from frontier_node.store.sqlite import SqliteStore
 from hostring.clock import WallClock
 from hostring.v1 import frontier_pb2 as pb
 from hostring.v1 import frontier_pb2_grpc as pb_grpc
+from hostring_testing.proc import stop_process
 
 REPO = Path(__file__).resolve().parent.parent
 STARTUP_TIMEOUT_S = 30.0
@@ -256,7 +256,7 @@ class NodeProcess:
         self._log: IO[bytes] = open(log, "wb")  # noqa: SIM115 - closed in stop()
         self.log_path = log
         cmd = [
-            sys.executable, "-m", "coordinator.cli", "--log-level", "WARNING", "node", "--store", f"sqlite:///{store}",
+            sys.executable, "-m", "hostring_cli", "--log-level", "WARNING", "node", "--store", f"sqlite:///{store}",
             "--listen", "127.0.0.1:0", "--delay", "0",
         ]  # fmt: skip
         self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=self._log)

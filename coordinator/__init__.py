@@ -1,1 +1,1 @@
-"""Coordinator: membership and ring epochs, rebalancing, the hostring CLI and the local launcher."""
+"""The coordinator service: membership, ring epochs and handoff orchestration (it imports only the kernel)."""

@@ -58,6 +58,11 @@ class RunningCoordinator:
     health: health_aio.HealthServicer | None = None
     _stopped: bool = field(default=False, init=False)
 
+    @property
+    def redis_client(self) -> redis.Redis | None:
+        """The Redis client membership is kept with, or None when it is kept in memory."""
+        return self._redis
+
     def stop(self, grace: float = 2.0) -> None:
         """End WatchRing streams, let running calls finish within `grace`, then stop the loop. Idempotent."""
         if self._stopped:

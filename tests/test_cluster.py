@@ -26,373 +26,29 @@ that is empty when it starts (`empty_redis`) and deletes its keys afterwards.
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
-import json
-import os
 import re
 import signal
-import subprocess
-import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
 import redis
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from bench.proc import GroupProcess, child_env
-from coordinator.localweb import LocalWeb, Oracle, oracle_for, random_model, render_model
 from frontier_node.store.redis import ROBOTS_PREFIX, RedisStore
-from hostring.membership import ring_from_proto
 from hostring.ring import Ring
 from hostring.urls import identify
-from hostring.v1 import coordinator_pb2 as cpb
-from hostring.v1 import coordinator_pb2_grpc as cpb_grpc
 from hostring.v1 import frontier_pb2 as pb
-from hostring.v1 import frontier_pb2_grpc as pb_grpc
-from tests.crawl_helpers import (
-    LOOPBACK,
-    REPO,
-    TOKEN,
-    UA,
-    gaps,
-    needed_depth,
-    politeness_violations,
-)
-
-STARTUP_TIMEOUT_S = 30.0
-RPC_TIMEOUT_S = 10.0
-_HANDOFF_LINE = re.compile(r"ring epoch (\d+): (\d+) members, released (\d+) domains, adopted (\d+)")
-_SERVING = health_pb2.HealthCheckResponse.SERVING
-
-
-# ============================================================================================== processes
-
-
-class Proc(GroupProcess):
-    """One hostring subprocess in its own session (process group); output goes to files in `log_dir`.
-
-    Tests stop with SIGKILL unless told otherwise, and a process that never announces its port fails the test
-    with its last log messages.
-    """
-
-    stop_signal = signal.SIGKILL
-
-    def __init__(self, name: str, cmd: list[str], log_dir: Path) -> None:
-        super().__init__(name, cmd, log_dir, cwd=REPO)
-
-    def port(self, timeout: float = STARTUP_TIMEOUT_S) -> int:
-        try:
-            return super().port(timeout)
-        except RuntimeError:
-            raise AssertionError(f"{self.name} did not announce its port within {timeout}s\n{self.tail()}") from None
-
-    def tail(self, n: int = 12) -> str:
-        """The last `n` distinct log messages (repeats counted, tracebacks cut to their last lines)."""
-        out = self.out_path.read_text(errors="replace")[-300:].strip()
-        counted: list[list[Any]] = []
-        for msg, exc in log_records(self.log()):
-            text = re.sub(r"\d+\.\d+s|:\d{4,5}\b", "", msg)  # so that repeats differing in a time or port merge
-            if counted and counted[-1][0] == text:
-                counted[-1][2] += 1
-            else:
-                counted.append([text, msg + ("\n    " + "\n    ".join(exc.splitlines()[-3:]) if exc else ""), 1])
-        lines = [f"  {full}" + (f"  (x{k})" if k > 1 else "") for _, full, k in counted[-n:]]
-        return f"--- {self.name} (pid {self.proc.pid}, rc {self.proc.poll()}); stdout: {out}\n" + "\n".join(lines)
-
-
-def hostring_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "coordinator.cli", *args]
-
-
-class Cluster:
-    """A coordinator, nodes and workers as subprocesses, with stubs to each and a timeline of what happened."""
-
-    def __init__(
-        self, log_dir: Path, redis_url: str, *, heartbeat_timeout: float, delay: float, lease_s: float
-    ) -> None:
-        self.log_dir = log_dir
-        self.redis_url = redis_url
-        self.heartbeat_timeout = heartbeat_timeout
-        self.delay = delay
-        self.lease_s = lease_s
-        self.procs: dict[str, Proc] = {}
-        self.addresses: dict[str, str] = {}
-        self.coordinator = ""
-        self._channels: dict[str, grpc.Channel] = {}
-        self.t0 = time.monotonic()
-        self.timeline: list[tuple[float, str]] = []
-        self.hits_of: Callable[[], int] = lambda: 0
-
-    # ---- lifecycle
-
-    def __enter__(self) -> Cluster:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Kill every process started here (workers first), by process group, and close the channels."""
-        for kind in ("w", "n", "coordinator"):
-            for name, proc in self.procs.items():
-                if name.startswith(kind):
-                    proc.stop(signal.SIGKILL)
-        for channel in self._channels.values():
-            channel.close()
-        self._channels = {}
-
-    def note(self, text: str) -> None:
-        self.timeline.append((time.monotonic() - self.t0, f"{text} [server hits: {self.hits_of()}]"))
-
-    def timeline_text(self) -> str:
-        return "timeline:\n" + "\n".join(f"  {t:7.2f}s  {what}" for t, what in self.timeline)
-
-    def logs(self) -> str:
-        return "\n".join(p.tail() for p in self.procs.values())
-
-    def _start(self, name: str, *args: str) -> Proc:
-        proc = Proc(name, hostring_cmd("--log-level", "INFO", *args), self.log_dir)
-        self.procs[name] = proc
-        return proc
-
-    def start_coordinator(self) -> None:
-        proc = self._start(
-            "coordinator",
-            "coordinator",
-            "--listen",
-            "127.0.0.1:0",
-            "--redis",
-            self.redis_url,
-            "--heartbeat-timeout",
-            str(self.heartbeat_timeout),
-        )
-        self.coordinator = f"127.0.0.1:{proc.port()}"
-        self.note(f"coordinator up at {self.coordinator}")
-
-    def start_nodes(self, *node_ids: str) -> None:
-        """Start nodes at once (their imports overlap), then wait for each one's port."""
-        procs = [
-            self._start(node_id, "node", "--coordinator", self.coordinator, "--id", node_id,
-                        "--listen", "127.0.0.1:0", "--store", self.redis_url, "--delay", str(self.delay),
-                        "--lease-s", str(self.lease_s), "--user-agent", UA)
-            for node_id in node_ids
-        ]  # fmt: skip
-        for node_id, proc in zip(node_ids, procs, strict=True):
-            self.addresses[node_id] = f"127.0.0.1:{proc.port()}"
-            self.note(f"node {node_id} listening at {self.addresses[node_id]}")
-
-    def start_workers(self, *worker_ids: str) -> None:
-        for wid in worker_ids:
-            self._start(
-                wid,
-                "worker",
-                "--coordinator",
-                self.coordinator,
-                "--allow-network",
-                LOOPBACK,
-                "--id",
-                wid,
-                "--user-agent",
-                UA,
-                "--fetch-timeout",
-                "10",
-                "--grace",
-                "1",
-            )
-        self.note(f"workers {', '.join(worker_ids)} started")
-
-    # ---- gRPC
-
-    def _channel(self, address: str) -> grpc.Channel:
-        channel = self._channels.get(address)
-        if channel is None:
-            channel = self._channels[address] = grpc.insecure_channel(address)
-        return channel
-
-    def ring(self) -> Ring:
-        stub = cpb_grpc.CoordinatorStub(self._channel(self.coordinator))  # type: ignore[no-untyped-call]
-        return ring_from_proto(stub.GetRing(cpb.GetRingRequest(), timeout=RPC_TIMEOUT_S))
-
-    def frontier(self, node_id: str) -> pb_grpc.FrontierStub:
-        return pb_grpc.FrontierStub(self._channel(self.addresses[node_id]))  # type: ignore[no-untyped-call]
-
-    def stats(self, node_id: str) -> pb.StatsResponse:
-        with self._failing(node_id, "Stats"):
-            stats: pb.StatsResponse = self.frontier(node_id).Stats(pb.StatsRequest(), timeout=RPC_TIMEOUT_S)
-        return stats
-
-    @contextlib.contextmanager
-    def _failing(self, node_id: str, method: str) -> Iterator[None]:
-        """Turn a failed call into an AssertionError that quotes the exception the node logged, if any."""
-        try:
-            yield
-        except grpc.RpcError as e:
-            code = e.code() if callable(getattr(e, "code", None)) else None
-            if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-                raise  # transient: callers that poll retry
-            details = _safe(e.details) if callable(getattr(e, "details", None)) else ""
-            logged = node_errors(self, [node_id]).get(node_id, "nothing logged")
-            raise AssertionError(f"{method} on {node_id} failed: {code} {details}; the node logged: {logged}") from None
-
-    def serving(self, node_id: str) -> bool:
-        stub = health_pb2_grpc.HealthStub(self._channel(self.addresses[node_id]))
-        status: int = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=RPC_TIMEOUT_S).status
-        return bool(status == _SERVING)
-
-    def report(self, node_id: str) -> dict[str, Any]:
-        with self._failing(node_id, "Report"):
-            resp = self.frontier(node_id).Report(pb.ReportRequest(dispositions=True), timeout=RPC_TIMEOUT_S)
-        report: dict[str, Any] = json.loads(resp.json)
-        return report
-
-    def settled(self, members: set[str]) -> Ring | None:
-        """The coordinator's ring when it has exactly `members` and every one of them applied it and is SERVING."""
-        try:
-            ring = self.ring()
-            if set(ring.members) != members:
-                return None
-            for node_id in members:
-                if self.stats(node_id).ring_epoch != ring.epoch or not self.serving(node_id):
-                    return None
-        except grpc.RpcError:
-            return None
-        return ring
-
-    def wait_settled(self, members: set[str], timeout: float) -> Ring:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            ring = self.settled(members)
-            if ring is not None:
-                return ring
-            time.sleep(0.05)
-        raise AssertionError(
-            f"ring did not settle on {sorted(members)} within {timeout}s (coordinator: {_safe(self.ring)})"
-        )
-
-    # ---- the CLI
-
-    def cli(self, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
-        """Run a short `hostring` command to its end (bounded), in its own process group."""
-        proc = subprocess.Popen(
-            hostring_cmd(*args),
-            cwd=REPO,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            start_new_session=True,
-            env=child_env(),
-        )
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate(timeout=10)
-            raise AssertionError(f"hostring {' '.join(args)} did not end within {timeout}s") from None
-        return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
-
-    def seed(self, urls: Sequence[str]) -> str:
-        seeds = self.log_dir / "seeds.txt"
-        seeds.write_text("\n".join(urls) + "\n", encoding="utf-8")
-        done = self.cli("seed", "--coordinator", self.coordinator, "--file", str(seeds))
-        assert done.returncode == 0, f"hostring seed failed ({done.returncode}): {done.stdout}{done.stderr[-2000:]}"
-        self.note(f"seeded: {done.stdout.strip()}")
-        return done.stdout
-
-    def status(self) -> tuple[str, dict[str, Any]]:
-        """`hostring status` as text and as JSON."""
-        text = self.cli("status", "--coordinator", self.coordinator)
-        assert text.returncode == 0, text.stderr[-2000:]
-        js = self.cli("status", "--coordinator", self.coordinator, "--json")
-        assert js.returncode == 0, js.stderr[-2000:]
-        parsed: dict[str, Any] = json.loads(js.stdout)
-        return text.stdout, parsed
-
-    # ---- ownership as the nodes report it
-
-    def reported_owners(self, node_ids: Sequence[str]) -> dict[str, set[str]]:
-        """domain -> the nodes whose Report lists URLs of it (rows of domains whose fence names the node)."""
-        owners: dict[str, set[str]] = {}
-        for node_id in node_ids:
-            for row in self.report(node_id)["dispositions"]:
-                owners.setdefault(identify(row["url"]).domain, set()).add(node_id)
-        return owners
-
-    def handoffs(self, node_id: str) -> dict[int, tuple[int, int, int]]:
-        """epoch -> (members, released, adopted) from the node's "ring epoch ..." log lines."""
-        out = {}
-        for msg, _ in log_records(self.procs[node_id].log()):
-            m = _HANDOFF_LINE.search(msg)
-            if m is not None:
-                out[int(m.group(1))] = (int(m.group(2)), int(m.group(3)), int(m.group(4)))
-        return out
-
-
-def log_records(text: str) -> list[tuple[str, str]]:
-    """(message, traceback) of every record of a process log, in text or JSON-lines format (`--log-format`)."""
-    records: list[tuple[str, str]] = []
-    for line in text.splitlines():
-        if line.startswith("{"):
-            with contextlib.suppress(ValueError):
-                rec = json.loads(line)
-                records.append((str(rec.get("msg", "")), str(rec.get("exc", ""))))
-                continue
-        if re.match(r"\d{4}-\d\d-\d\d[ T]", line) or not records:
-            records.append((line, ""))
-        else:  # a traceback line of the text format belongs to the record before it
-            msg, exc = records[-1]
-            records[-1] = (msg, f"{exc}\n{line}" if exc else line)
-    return records
-
-
-def node_errors(c: Cluster, node_ids: Sequence[str]) -> dict[str, str]:
-    """node -> the first exception its process logged (message and the traceback's last lines), for nodes that did."""
-    out: dict[str, str] = {}
-    for node_id in node_ids:
-        failed = [(m, e) for m, e in log_records(c.procs[node_id].log()) if e or "Traceback" in m]
-        if failed:
-            msg, exc = failed[0]
-            out[node_id] = f"{len(failed)} logged exception(s), first: {msg}\n" + "\n".join(exc.splitlines()[-6:])
-    return out
-
-
-def assert_no_node_errors(c: Cluster, node_ids: Sequence[str], when: str) -> None:
-    errors = node_errors(c, node_ids)
-    assert not errors, f"{when}: nodes failed calls:\n" + "\n".join(f"{n}: {e}" for n, e in errors.items())
-
-
-def _safe(fn: Callable[[], object]) -> object:
-    try:
-        return fn()
-    except Exception as e:  # for messages only
-        return repr(e)
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str, interval: float = 0.1) -> float:
-    """Poll until `predicate` holds; the seconds it took. AssertionError naming `what` after `timeout`."""
-    start = time.monotonic()
-    while not predicate():
-        if time.monotonic() - start > timeout:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
-    return time.monotonic() - start
-
+from hostring_testing import LocalWeb, Oracle, needed_depth, oracle_for, random_model, render_model
+from hostring_testing.cluster import Cluster, assert_no_node_errors, single_owner, wait_for
+from hostring_testing.crawls import TOKEN, gaps, politeness_violations
+from hostring_testing.proc import STARTUP_TIMEOUT_S, log_records
 
 # ============================================================================================== judging
-
-
-def single_owner(owners: dict[str, set[str]]) -> dict[str, str]:
-    """domain -> its one reporting node; AssertionError naming domains that two nodes report."""
-    doubled = {d: sorted(ns) for d, ns in owners.items() if len(ns) != 1}
-    assert not doubled, f"domains reported by more than one node: {doubled}"
-    return {d: next(iter(ns)) for d, ns in owners.items()}
 
 
 def redis_progress(judge: RedisStore) -> Counter[str]:
@@ -485,9 +141,9 @@ KILL_AT = 0.40  # ... and when a node is SIGKILLed (after the join has settled)
 CRAWL_TIMEOUT_S = 60.0
 # The web's server runs in this test process, beside ~10 busy processes on a small machine: a server thread that
 # is descheduled between writing a response and stamping its end makes the next gap look shorter than it was.
-# crawl_helpers' 20 ms (single-node crawls) proved too tight here (one 21 ms shortfall between two requests one
-# node leased, in one run out of ~15); 50 ms is still far below the delay and catches every cross-node overlap
-# seen so far.
+# hostring_testing.crawls' 20 ms (single-node crawls) proved too tight here (one 21 ms shortfall between two
+# requests one node leased, in one run out of ~15); 50 ms is still far below the delay and catches every
+# cross-node overlap seen so far.
 GAP_TOLERANCE_S = 0.05
 
 
@@ -571,8 +227,8 @@ def _scenario(
         assert handoff is not None, f"{node_id} logged no handoff for epoch {ring_after_join.epoch}"
         released = sum(1 for old, _ in observed.values() if old == node_id)
         adopted = sum(1 for _, new in observed.values() if new == node_id)
-        assert handoff[1:] == (released, adopted), (
-            f"{node_id} logged {handoff} for the join, expected released {released}, adopted {adopted}"
+        assert (handoff.released, handoff.adopted) == (released, adopted), (
+            f"{node_id} logged {handoff[:3]} for the join, expected released {released}, adopted {adopted}"
         )
     problems: list[str] = []  # checks that do not stop the run: all are listed at the end
     problems += _check_status(c, ring_after_join, {"n1", "n2", "n3", "n4"}, domains)

@@ -15,17 +15,20 @@ last in the file.
 
 from __future__ import annotations
 
+import io
 import re
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from coordinator.localweb import (
+from hostring_cli.crawl import CrawlOptions, run_crawl
+from hostring_testing import (
+    CountingWeb,
     LinkSpec,
     LocalWeb,
     Page,
@@ -34,6 +37,7 @@ from coordinator.localweb import (
     Site,
     bomb_page,
     html_page,
+    needed_depth,
     oracle_for,
     random_model,
     redirect_page,
@@ -41,21 +45,18 @@ from coordinator.localweb import (
     robots_allowed,
     robots_page,
 )
-from tests.crawl_helpers import (
+from hostring_testing.crawls import (
     LOOPBACK,
     TOKEN,
     UA,
-    CountingWeb,
     CrawlProcess,
     by_state,
     crawl_cmd,
-    crawl_in_process,
     dispositions,
     gaps,
     journal,
     key_of,
     load_report,
-    needed_depth,
     page_hits,
     politeness_violations,
     run_cli,
@@ -70,6 +71,20 @@ def links(*hrefs: str) -> str:
     """An HTML page body with one <a> per href (placeholders such as {{origin:b}} allowed)."""
     items = "".join(f'<li><a href="{h}">{h}</a></li>' for h in hrefs)
     return f"<!DOCTYPE html><html><head><title>t</title></head><body><ul>{items}</ul></body></html>"
+
+
+def crawl_in_process(
+    seeds: Sequence[str], out: Path, *, delay: float, scope: Path | None = None,
+    allow: Sequence[str] = (LOOPBACK,), **options: Any,
+) -> tuple[int, dict[str, Any], str]:
+    """`run_crawl` in this process (main thread: it installs signal handlers); (exit code, report, printed text)."""
+    text = io.StringIO()
+    opts = CrawlOptions(seeds=list(seeds), out=out, scope="list" if scope is not None else "domain",
+                        scope_file=scope, allow_network=list(allow), delay=delay, user_agent=UA, progress=False,
+                        **options)
+    code = run_crawl(opts, text)
+    report = load_report(out) if (out / "report.json").exists() else {}
+    return code, report, text.getvalue()
 
 
 def hit_keys(web: LocalWeb, robots_files: frozenset[tuple[str, str]] = frozenset()) -> set[tuple[str, str]]:
@@ -561,7 +576,7 @@ def test_sigkill_midway_then_resume_finishes_without_unexplained_refetches(tmp_p
 def test_demo_runs_and_prints_the_server_side_check(tmp_path: Path) -> None:
     """`hostring demo --out DIR` exits 0 and prints what the servers saw: nothing missed, nothing forbidden,
     nothing twice, one request at a time per origin."""
-    cmd = [sys.executable, "-m", "coordinator.cli", "demo", "--out", str(tmp_path / "demo"), "--delay", "0.05"]
+    cmd = [sys.executable, "-m", "hostring_cli", "demo", "--out", str(tmp_path / "demo"), "--delay", "0.05"]
     proc = run_cli(cmd, None, tmp_path, timeout=80, name="demo")
     assert proc.proc is not None and proc.proc.returncode == 0, proc.output()
     out = proc.stdout()

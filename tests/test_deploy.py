@@ -58,6 +58,8 @@ COMPOSE_SCHEMA_SHA256 = "46b7d35f19dd93a05f8fea530291bf84d881c1791ec167ecf0e6fb9
 K8S_VERSION = "1.30"
 NAMESPACE = "hostring"
 METRICS_PORT = 9100
+# Packages pyproject.toml ships that the container image must not: test support (the loopback test web, harnesses).
+TEST_SUPPORT = {"hostring_testing"}
 GRPC_PORTS = {"coordinator": 50050, "node": 50051}
 
 # Addresses a worker must never reach (the brief's list plus loopback and "this network").
@@ -311,11 +313,16 @@ def test_dockerfile_shape() -> None:
             assert not SECRET_NAME.search(args), f"{ins} {args!r} looks like a secret"
     assert "HOSTRING_ADMIN_TOKEN" not in DOCKERFILE.read_text()
 
-    # The wheel must be built from every package pyproject.toml ships.
+    # The wheel must be built from every package pyproject.toml ships, test support excepted: no test web, no
+    # harness, no tests or benchmarks in the image.
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
     packages = {p.rstrip("*") for p in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]}
+    assert packages >= TEST_SUPPORT, "the test-support package is expected among the packages pyproject ships"
     copied = {src for sources, _ in _context_copies() for src in sources}
-    assert packages <= copied, f"packages not copied into the build stage: {sorted(packages - copied)}"
+    missing = packages - TEST_SUPPORT - copied
+    assert not missing, f"packages not copied into the build stage: {sorted(missing)}"
+    support = {src for src in copied if src.split("/")[0] in TEST_SUPPORT | {"tests", "bench"}}
+    assert not support, f"the image copies test support: {sorted(support)}"
     assert {"pyproject.toml", "README.md"} <= copied, "the wheel's metadata needs pyproject.toml and its readme"
 
 
@@ -371,6 +378,8 @@ def test_dockerignore_keeps_context_minimal() -> None:
         "hostring/__pycache__/urls.cpython-311.pyc",
         "frontier_node/store/__pycache__/redis.cpython-311.pyc",
         "crawl-out/frontier.sqlite3",
+        "hostring_testing/server.py",
+        "hostring_testing/__init__.py",
         "docker-compose.yml",
         "deploy/k8s/secret.example.yaml",
         ".hypothesis/examples/x",
@@ -381,7 +390,7 @@ def test_dockerignore_keeps_context_minimal() -> None:
         "README.md",
         "hostring/urls.py",
         "hostring/v1/frontier_pb2.pyi",
-        "coordinator/cli.py",
+        "hostring_cli/cli.py",
     ):
         assert _in_build_context(path, rules), f"{path} is needed by the build but excluded"
     # Every file the Dockerfile copies really exists and is in the context.
@@ -447,10 +456,31 @@ def test_build_stage_makes_a_complete_wheel(tmp_path: Path) -> None:
         for module in (REPO / package).rglob("*.py*"):
             relative = str(module.relative_to(REPO))
             if "__pycache__" not in relative and module.suffix in (".py", ".pyi"):
-                assert relative in names, f"{relative} missing from the image's wheel"
-    assert "hostring = coordinator.cli:main" in entry_points
+                if package in TEST_SUPPORT:
+                    assert relative not in names, f"{relative} (test support) is in the image's wheel"
+                else:
+                    assert relative in names, f"{relative} missing from the image's wheel"
+    support = sorted(n for n in names if n.split("/")[0] in TEST_SUPPORT | {"tests", "bench"})
+    assert not support, f"test support in the image's wheel: {support[:5]}"
+    assert "hostring = hostring_cli.cli:main" in entry_points
     # The compose healthchecks import grpc_health: it must be a runtime dependency, not a test one.
     assert re.search(r"^Requires-Dist: grpcio-health-checking", metadata, re.MULTILINE)
+
+
+def test_demo_without_test_support_fails_in_one_line() -> None:
+    """The image has no hostring_testing: there `hostring demo` must say so in one line, not with a traceback,
+    while every other command still loads. Checked by running the command with that package unimportable."""
+    blocked = "import sys; sys.modules['hostring_testing'] = None; from hostring_cli.cli import main; "
+    proc = subprocess.run([sys.executable, "-c", blocked + "sys.exit(main(['demo']))"], cwd=REPO,
+                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert lines[0].startswith("hostring: demo needs") and "hostring_testing" in lines[0], lines[0]
+    assert proc.stdout == ""
+    helped = subprocess.run([sys.executable, "-c", blocked + "sys.exit(main(['crawl', '--help']))"], cwd=REPO,
+                            capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert helped.returncode == 0 and "--resume" in helped.stdout, helped.stderr
 
 
 # === docker-compose.yml ===============================================================================================
@@ -1154,7 +1184,7 @@ def _command_lines(compose: dict[str, Any], base, overlays) -> list[tuple[str, l
 def test_command_lines_match_the_cli(compose, base, overlays) -> None:
     import argparse
 
-    from coordinator.cli import build_parser
+    from hostring_cli.cli import build_parser
 
     parser = build_parser()
     subcommands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices

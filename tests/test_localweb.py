@@ -22,7 +22,7 @@ import brotli
 import pytest
 from protego import Protego
 
-from coordinator.localweb import (
+from hostring_testing import (
     Key,
     LinkSpec,
     LocalWeb,
@@ -416,7 +416,7 @@ def test_robots_matcher_agrees_with_protego_on_generated_files() -> None:
 
 
 def test_cli_serves_until_interrupted() -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "coordinator.localweb", "--seed", "1", "--origins", "2"],
+    proc = subprocess.Popen([sys.executable, "-m", "hostring_testing", "--seed", "1", "--origins", "2"],
                             stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[1])
     try:
         assert proc.stdout is not None

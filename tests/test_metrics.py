@@ -1,6 +1,6 @@
 """Prometheus metrics of real processes, scraped during a crawl and after it, and checked against the report.
 
-Two set-ups, both crawling the sample web (`coordinator.localweb.sample_web`) on loopback:
+Two set-ups, both crawling the sample web (`hostring_testing.sample_web`) on loopback:
 
 - `hostring crawl --metrics-port P`: the worker (P) and the node (P+1) are scraped while the crawl runs;
   counters only grow, names and labels follow the conventions, and a node reopened on the finished store
@@ -29,13 +29,21 @@ import grpc
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from coordinator.localweb import LocalWeb, sample_oracle, sample_web
 from hostring.v1 import coordinator_pb2 as cpb
 from hostring.v1 import coordinator_pb2_grpc as cpb_grpc
 from hostring.v1 import frontier_pb2 as pb
 from hostring.v1 import frontier_pb2_grpc as pb_grpc
-from tests.crawl_helpers import UA, CrawlProcess, crawl_cmd, load_report, scope_file, wait_until
-from tests.test_security import hostring_cmd, processes, serve  # noqa: F401  (fixtures)
+from hostring_testing import LocalWeb, sample_oracle, sample_web
+from hostring_testing.crawls import (
+    UA,
+    CrawlProcess,
+    crawl_cmd,
+    hostring_cmd,
+    load_report,
+    scope_file,
+    serve,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -134,7 +142,7 @@ def fetched_2xx(report: dict[str, Any]) -> int:
 # ============================================================================================== hostring crawl
 
 
-def test_crawl_metrics_during_and_after(web: LocalWeb, tmp_path: Path, processes: list[CrawlProcess]) -> None:  # noqa: F811
+def test_crawl_metrics_during_and_after(web: LocalWeb, tmp_path: Path, processes: list[CrawlProcess]) -> None:
     port = free_port_pair()
     out = tmp_path / "crawl"
     scope = scope_file(web, tmp_path / "scope.txt")
@@ -187,7 +195,7 @@ def test_crawl_metrics_during_and_after(web: LocalWeb, tmp_path: Path, processes
 
 
 def test_cluster_metrics_agree_with_reports(web: LocalWeb, tmp_path: Path, empty_redis: str,
-                                            processes: list[CrawlProcess]) -> None:  # noqa: F811
+                                            processes: list[CrawlProcess]) -> None:
     coord, coord_port = serve(["coordinator", "--listen", "127.0.0.1:0", "--heartbeat-timeout", "5",
                                "--metrics-port", "0"], tmp_path, "coordinator")
     processes.append(coord)

@@ -63,7 +63,7 @@ class NodeProcess:
         self.log_path = log
         self._log: IO[bytes] = open(log, "ab")  # noqa: SIM115 - closed in close()
         cmd = [
-            sys.executable, "-m", "coordinator.cli", "node", "--store", f"sqlite:///{store}",
+            sys.executable, "-m", "hostring_cli", "node", "--store", f"sqlite:///{store}",
             "--listen", "127.0.0.1:0", "--delay", "0", "--lease-s", str(lease_s),
         ]  # fmt: skip
         self.proc = subprocess.Popen(

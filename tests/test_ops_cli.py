@@ -21,8 +21,6 @@ from typing import Any
 import grpc
 import pytest
 
-from coordinator.cli import build_parser
-from coordinator.localweb import LocalWeb, sample_oracle, sample_web
 from hostring.domains import registrable_domain
 from hostring.logs import JsonFormatter
 from hostring.membership import ring_from_proto
@@ -30,8 +28,18 @@ from hostring.v1 import coordinator_pb2 as cpb
 from hostring.v1 import coordinator_pb2_grpc as cpb_grpc
 from hostring.v1 import frontier_pb2 as pb
 from hostring.v1 import frontier_pb2_grpc as pb_grpc
-from tests.crawl_helpers import CrawlProcess, crawl_cmd, journal, load_report, scope_file, wait_until
-from tests.test_security import hostring_cmd, processes, serve  # noqa: F401  (fixtures)
+from hostring_cli.cli import build_parser
+from hostring_testing import LocalWeb, sample_oracle, sample_web
+from hostring_testing.crawls import (
+    CrawlProcess,
+    crawl_cmd,
+    hostring_cmd,
+    journal,
+    load_report,
+    scope_file,
+    serve,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -69,7 +77,7 @@ def get_host(address: str, host: str) -> pb.HostInfo:
 # ============================================================================================== hosts
 
 
-def test_hosts_commands_against_a_node(tmp_path: Path, processes: list[CrawlProcess]) -> None:  # noqa: F811
+def test_hosts_commands_against_a_node(tmp_path: Path, processes: list[CrawlProcess]) -> None:
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN)
     node, port = serve(["node", "--store", f"sqlite:///{tmp_path / 'n.sqlite3'}", "--listen", "127.0.0.1:0",
@@ -143,7 +151,7 @@ def test_json_formatter_carries_exceptions() -> None:
 
 
 def test_status_and_hosts_through_the_coordinator(tmp_path: Path, empty_redis: str,
-                                                 processes: list[CrawlProcess]) -> None:  # noqa: F811
+                                                 processes: list[CrawlProcess]) -> None:
     coord, coord_port = serve(["coordinator", "--listen", "127.0.0.1:0", "--heartbeat-timeout", "5"], tmp_path,
                               "coordinator")
     processes.append(coord)
@@ -185,7 +193,7 @@ def test_status_and_hosts_through_the_coordinator(tmp_path: Path, empty_redis: s
 # ============================================================================================== report
 
 
-def test_report_from_store_agrees_with_report_json(tmp_path: Path, processes: list[CrawlProcess]) -> None:  # noqa: F811
+def test_report_from_store_agrees_with_report_json(tmp_path: Path, processes: list[CrawlProcess]) -> None:
     with LocalWeb(sample_web()) as web:
         out = tmp_path / "crawl"
         cmd = crawl_cmd(sample_oracle().seed_urls(web), out, delay=0.05, scope=scope_file(web, tmp_path / "s.txt"),

@@ -9,13 +9,11 @@ a certificate from another CA, an admin call without or with a wrong token) and 
 from __future__ import annotations
 
 import contextlib
-import re
 import shutil
 import socket
 import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,14 +26,12 @@ from hostring.v1 import coordinator_pb2 as cpb
 from hostring.v1 import coordinator_pb2_grpc as cpb_grpc
 from hostring.v1 import frontier_pb2 as pb
 from hostring.v1 import frontier_pb2_grpc as pb_grpc
-from tests.crawl_helpers import CrawlProcess, wait_until
+from hostring_testing.crawls import CrawlProcess, hostring_cmd, serve, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
 
 TOKEN = "test-admin-token-0123456789abcdef"
 RPC_S = 5.0
-START_S = 30.0
-_PORT_LINE = re.compile(r"listening on port (\d+)")
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
@@ -93,33 +89,6 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     _ca(d, "rogue-ca")
     _leaf(d, "rogue", "rogue-ca")
     return Pki(d / "ca.crt", d / "hostring.crt", d / "hostring.key", d / "rogue.crt", d / "rogue.key")
-
-
-def hostring_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "coordinator.cli", "--log-format", "json", *args]
-
-
-def serve(args: Sequence[str], log_dir: Path, name: str) -> tuple[CrawlProcess, int]:
-    """Start a long-running `hostring` process (its own process group) and wait for its "listening on port" line."""
-    proc = CrawlProcess(hostring_cmd(*args), None, log_dir, name).start()
-    try:
-        wait_until(lambda: _PORT_LINE.search(proc.stdout()) is not None or not proc.running, START_S,
-                   f"{name} to listen")
-        m = _PORT_LINE.search(proc.stdout())
-        assert m is not None, f"{name} did not start:\n{proc.output()}"
-    except BaseException:
-        proc.kill()
-        raise
-    return proc, int(m.group(1))
-
-
-@pytest.fixture
-def processes() -> Iterator[list[CrawlProcess]]:
-    """Every process a test appends here is killed (with its process group) at teardown."""
-    started: list[CrawlProcess] = []
-    yield started
-    for proc in started:
-        proc.kill()
 
 
 def free_port() -> int:

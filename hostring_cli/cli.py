@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING
 
 import grpc
 
-from coordinator.cluster_cli import add_cluster_commands, add_tls_flags, add_token_flag, tls_from, token_from
 from frontier_node.core.config import BudgetConfig, FrontierConfig, PolitenessConfig, RetryConfig
 from frontier_node.core.robots import RobotsPolicy
 from hostring import logs
+from hostring_cli.cluster import add_cluster_commands, add_tls_flags, add_token_flag, tls_from, token_from
 
 if TYPE_CHECKING:
-    from coordinator.crawl import CrawlOptions
+    from hostring_cli.crawl import CrawlOptions
 
 DEFAULT_USER_AGENT = "hostring/0.1 (+https://github.com/hostring/hostring)"
 _MAX_REPORT_BYTES = 1 << 30  # a Report with every identity's row outgrows gRPC's 4 MiB default quickly
@@ -150,7 +150,7 @@ def cmd_node(args: argparse.Namespace) -> int:
 def _crawl_options(args: argparse.Namespace, seeds: list[str], out: str) -> CrawlOptions:
     from pathlib import Path
 
-    from coordinator.crawl import CrawlOptions
+    from hostring_cli.crawl import CrawlOptions
 
     scope, scope_file = args.scope, None
     if scope not in ("host", "domain"):
@@ -193,7 +193,7 @@ def _crawl_options(args: argparse.Namespace, seeds: list[str], out: str) -> Craw
 def cmd_crawl(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from coordinator.crawl import CrawlError, read_seeds, run_crawl
+    from hostring_cli.crawl import CrawlError, read_seeds, run_crawl
 
     try:
         seeds = read_seeds(args.seeds, Path(args.seeds_file) if args.seeds_file else None)
@@ -206,14 +206,21 @@ def cmd_crawl(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from coordinator.demo import run_demo
-
+    try:
+        from hostring_cli.demo import run_demo
+    except ModuleNotFoundError as e:  # an install without the test web (the container image): one line, no traceback
+        if (e.name or "").partition(".")[0] != "hostring_testing":
+            raise
+        print("hostring: demo needs the loopback test web (package hostring_testing), which this install leaves out "
+              "(the container image ships no test support); run it from a source checkout: pip install -e .",
+              file=sys.stderr)
+        return 2
     return run_demo(out=args.out, delay=args.delay)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     """The coverage report: live from a node (Report RPC) or reconciled offline from a crawl's SQLite store."""
-    from coordinator.crawl import summarize
+    from hostring_cli.crawl import summarize
 
     if args.store:
         from frontier_node.offline_report import StoreReadError, store_path, store_report

@@ -103,7 +103,7 @@ def start_node_process(opts: CrawlOptions, log: TextIO) -> tuple[subprocess.Pope
     cmd = [
         sys.executable,
         "-m",
-        "coordinator.cli",
+        "hostring_cli",
         "--log-level",
         "WARNING",
         "--log-format",

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import TextIO
 from urllib.parse import urlsplit
 
-from coordinator.crawl import CrawlOptions, run_crawl
-from coordinator.localweb import LocalWeb, sample_oracle, sample_web
+from hostring_cli.crawl import CrawlOptions, run_crawl
+from hostring_testing import LocalWeb, sample_oracle, sample_web
 
 DEMO_USER_AGENT = "hostring-demo/0.1 (+https://github.com/hostring/hostring)"
 

@@ -1,4 +1,4 @@
-"""Helpers for end-to-end crawl tests: run `hostring crawl`, read what it wrote, and judge the server's log.
+"""Run `hostring crawl` and other `hostring` commands as processes, read what they wrote, judge the server's log.
 
 The judge is always the web server (`LocalWeb.hits`): what a crawler claims in its report is compared with
 what the server saw, never the other way round.
@@ -6,25 +6,49 @@ what the server saw, never the other way round.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
-import os
 import signal
 import sqlite3
 import subprocess
 import sys
 import time
-from collections import Counter, deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 from urllib.parse import urlsplit
 
-from coordinator.localweb import Hit, Key, LocalWeb, WebModel, canonical_target, oracle_for
+from hostring_testing.identity import canonical_target
+from hostring_testing.pages import Key
+from hostring_testing.proc import PORT_LINE, REPO, GroupProcess, hostring_cmd
+from hostring_testing.server import Hit, LocalWeb
 
-REPO = Path(__file__).resolve().parent.parent
+__all__ = [
+    "GAP_TOLERANCE_S",
+    "LOOPBACK",
+    "REPO",
+    "STORE_NAME",
+    "TOKEN",
+    "UA",
+    "CrawlProcess",
+    "by_state",
+    "crawl_cmd",
+    "dispositions",
+    "gaps",
+    "hostring_cmd",
+    "is_robots",
+    "journal",
+    "key_of",
+    "load_report",
+    "page_hits",
+    "politeness_violations",
+    "run_cli",
+    "scope_file",
+    "serve",
+    "wait_until",
+]
+
+START_TIMEOUT_S = 30.0
 STORE_NAME = "frontier.sqlite3"
 
 # The product token must be letters, '_' and '-' only (RFC 9309 §2.2.1): no digits.
@@ -35,32 +59,6 @@ LOOPBACK = "127.0.0.0/8"
 # Slack for comparing the server's clock readings with a configured delay: the server stamps a hit's end
 # after its last write and the next start after parsing a request head, both on one event loop thread.
 GAP_TOLERANCE_S = 0.02
-
-
-class CountingWeb(LocalWeb):
-    """A LocalWeb that also counts accepted TCP connections per origin label and notes when requests begin.
-
-    LocalWeb logs requests (Hits) only, when they end; a client that connects and sends nothing would leave no
-    trace, so tests that must show "no connection at all" count accepts here. (It overrides two private
-    LocalWeb methods; keep it in step with coordinator/localweb.py.)
-    """
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.connections: Counter[str] = Counter()
-        self.started: list[tuple[str, str, float]] = []
-        """(label, resource, time) of every request as it begins (Hits are logged when a request ends)."""
-
-    async def _serve_connection(self, label: str, reader: Any, writer: Any) -> None:  # type: ignore[override]
-        self.connections[label] += 1
-        await super()._serve_connection(label, reader, writer)
-
-    def _resolve(self, label: str, target: str) -> Any:
-        self.started.append((label, canonical_target(target), time.time()))
-        return super()._resolve(label, target)
-
-    def has_started(self, label: str, resource: str) -> bool:
-        return any(lb == label and r == resource for lb, r, _ in list(self.started))
 
 
 # ------------------------------------------------------------------------------------------------ commands
@@ -76,7 +74,7 @@ def crawl_cmd(
     extra: Sequence[str] = (),
 ) -> list[str]:
     """`hostring crawl` as a subprocess command line (always --no-progress, our User-Agent)."""
-    cmd = [sys.executable, "-m", "coordinator.cli", "crawl", *seeds, "--out", str(out), "--no-progress",
+    cmd = [sys.executable, "-m", "hostring_cli", "crawl", *seeds, "--out", str(out), "--no-progress",
            "--delay", str(delay), "--user-agent", UA]
     for cidr in allow:
         cmd += ["--allow-network", cidr]
@@ -92,32 +90,18 @@ def scope_file(web: LocalWeb, path: Path, labels: Iterable[str] | None = None) -
     return path
 
 
-@dataclass
-class CrawlProcess:
-    """A `hostring crawl` (or other hostring command) in its own session, so the whole tree can be killed."""
+class CrawlProcess(GroupProcess):
+    """A `hostring crawl` (or other hostring command) in its own session, so the whole tree can be killed.
 
-    cmd: list[str]
-    out: Path | None
-    log_dir: Path
-    name: str = "crawl"
-    proc: subprocess.Popen[bytes] | None = None
-    started: float = 0.0
-    ended: float = 0.0
-    _files: list[IO[bytes]] = field(default_factory=list)
+    It inherits this process's environment as it is when started (a test's HOSTRING_ADMIN_TOKEN included).
+    """
 
-    def start(self) -> CrawlProcess:
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        stdout = (self.log_dir / f"{self.name}.stdout").open("wb")
-        stderr = (self.log_dir / f"{self.name}.stderr").open("wb")
-        self._files = [stdout, stderr]
-        self.started = time.monotonic()
-        self.proc = subprocess.Popen(self.cmd, cwd=REPO, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL,
-                                     start_new_session=True)
-        return self
+    inherit_env = True
 
-    @property
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+    def __init__(self, cmd: list[str], out: Path | None, log_dir: Path, name: str = "crawl") -> None:
+        super().__init__(name, cmd, log_dir, cwd=REPO, start=False)
+        self.out = out
+        self.ended = 0.0
 
     def wait(self, timeout: float) -> int:
         """The exit code; on timeout the whole process group is killed and AssertionError says so."""
@@ -139,24 +123,8 @@ class CrawlProcess:
         """SIGKILL the whole process group (the crawl and its node child), and reap the leader."""
         if self.proc is None:
             return
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(timeout=10)
+        self.stop(signal.SIGKILL)
         self.ended = self.ended or time.monotonic()
-        self._close()
-
-    def _close(self) -> None:
-        for f in self._files:
-            f.close()
-        self._files = []
-
-    def stdout(self) -> str:
-        return (self.log_dir / f"{self.name}.stdout").read_text(encoding="utf-8", errors="replace")
-
-    def stderr(self) -> str:
-        return (self.log_dir / f"{self.name}.stderr").read_text(encoding="utf-8", errors="replace")
 
     def output(self) -> str:
         node_log = ""
@@ -186,7 +154,7 @@ def journal(out: Path, *, event: str | None = None, key: str | None = None) -> l
     con = sqlite3.connect(f"file:{out / STORE_NAME}?mode=ro", uri=True, timeout=10)
     con.row_factory = sqlite3.Row
     try:
-        sql, args = "SELECT * FROM journal WHERE 1=1", []
+        sql, args = "SELECT * FROM journal WHERE 1=1", list[str]()
         if event is not None:
             sql, args = sql + " AND event = ?", [*args, event]
         if key is not None:
@@ -247,32 +215,6 @@ def politeness_violations(web: LocalWeb, label: str, delay: float, tolerance: fl
     return bad
 
 
-def needed_depth(model: WebModel) -> int:
-    """The link depth a crawler needs to reach every page the oracle lists (links +1, redirects +0)."""
-    oracle = oracle_for(model)
-    dist: dict[Key, int] = dict.fromkeys(model.seeds, 0)
-    queue: deque[Key] = deque(model.seeds)
-    while queue:
-        key = queue.popleft()
-        d = dist[key]
-        spec = model.pages.get(key)
-        if spec is None or not model.allowed(key) or model.in_trap(key):
-            continue
-        if spec.redirect_to is not None:
-            if dist.get(spec.redirect_to, 1 << 30) > d:
-                dist[spec.redirect_to] = d
-                queue.appendleft(spec.redirect_to)
-            continue
-        source = model.pages[spec.mirror_of] if spec.mirror_of is not None else spec
-        if spec.status != 200 or source.meta_nofollow:
-            continue
-        for link in source.links:
-            if not link.nofollow and dist.get(link.target, 1 << 30) > d + 1:
-                dist[link.target] = d + 1
-                queue.append(link.target)
-    return max(dist[k] for k in oracle.reachable_allowed)
-
-
 def wait_until(predicate: Callable[[], bool], timeout: float, what: str, interval: float = 0.02) -> None:
     """Poll `predicate` until it holds; AssertionError naming `what` after `timeout` seconds."""
     deadline = time.monotonic() + timeout
@@ -282,19 +224,15 @@ def wait_until(predicate: Callable[[], bool], timeout: float, what: str, interva
         time.sleep(interval)
 
 
-def crawl_in_process(
-    seeds: Sequence[str], out: Path, *, delay: float, scope: Path | None = None,
-    allow: Sequence[str] = (LOOPBACK,), **options: Any,
-) -> tuple[int, dict[str, Any], str]:
-    """`run_crawl` in this process (main thread: it installs signal handlers); (exit code, report, printed text)."""
-    import io
-
-    from coordinator.crawl import CrawlOptions, run_crawl
-
-    text = io.StringIO()
-    opts = CrawlOptions(seeds=list(seeds), out=out, scope="list" if scope is not None else "domain",
-                        scope_file=scope, allow_network=list(allow), delay=delay, user_agent=UA, progress=False,
-                        **options)
-    code = run_crawl(opts, text)
-    report = load_report(out) if (out / "report.json").exists() else {}
-    return code, report, text.getvalue()
+def serve(args: Sequence[str], log_dir: Path, name: str) -> tuple[CrawlProcess, int]:
+    """Start a long-running `hostring` process (its own process group) and wait for its "listening on port" line."""
+    proc = CrawlProcess(hostring_cmd(*args), None, log_dir, name).start()
+    try:
+        wait_until(lambda: PORT_LINE.search(proc.stdout()) is not None or not proc.running, START_TIMEOUT_S,
+                   f"{name} to listen")
+        m = PORT_LINE.search(proc.stdout())
+        assert m is not None, f"{name} did not start:\n{proc.output()}"
+    except BaseException:
+        proc.kill()
+        raise
+    return proc, int(m.group(1))

@@ -84,7 +84,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
         from coordinator.metrics import coordinator_registry
         from hostring.metrics import serve_metrics
 
-        bound = serve_metrics(args.metrics_port, coordinator_registry(coord.service.membership, coord._redis),
+        bound = serve_metrics(args.metrics_port, coordinator_registry(coord.service.membership, coord.redis_client),
                               args.listen)
         metrics = f", metrics on port {bound}"
     print(
@@ -191,9 +191,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_seed(args: argparse.Namespace) -> int:
-    from coordinator.crawl import CrawlError, read_seeds
     from fetch_worker.routing import NodeClients
     from hostring.membership import RingWatcher
+    from hostring_cli.crawl import CrawlError, read_seeds
 
     try:
         seeds = read_seeds(args.urls, Path(args.file) if args.file else None)
