@@ -47,10 +47,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from bench.proc import GroupProcess, child_env
 from coordinator.localweb import LocalWeb, Oracle, oracle_for, random_model, render_model
-from frontier_node.store.redis import ROBOTS_PREFIX, RedisStore
+from frontier_node.store.redis import RedisStore
 from hostring.membership import ring_from_proto
 from hostring.ring import Ring
-from hostring.urls import identify
+from hostring.urls import ROBOTS_PREFIX, identify
 from hostring.v1 import coordinator_pb2 as cpb
 from hostring.v1 import coordinator_pb2_grpc as cpb_grpc
 from hostring.v1 import frontier_pb2 as pb

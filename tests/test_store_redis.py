@@ -505,5 +505,5 @@ def test_a_replayed_write_changes_nothing(make_store: MakeStore) -> None:
     call = s._write_call("again.dev", batch, 1, s.node_id)
     s.flush()
     before = (s.counts_by_state(), s.scheduled_counts(), list(s.journal()), list(s.items()), s.max_seqs())
-    assert int(s._run_pipelined("write", {"again.dev": call})["again.dev"][0]) == 1
+    assert int(s._scripts.run_pipelined("write", {"again.dev": call})["again.dev"][0]) == 1
     assert (s.counts_by_state(), s.scheduled_counts(), list(s.journal()), list(s.items()), s.max_seqs()) == before
