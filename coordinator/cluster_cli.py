@@ -192,7 +192,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_seed(args: argparse.Namespace) -> int:
     from coordinator.crawl import CrawlError, read_seeds
-    from fetch_worker.routing import NodeClients
+    from hostring.client import NodeClients
     from hostring.membership import RingWatcher
 
     try:
