@@ -19,6 +19,7 @@ import pytest
 
 import frontier_node
 from frontier_node.core.states import State
+from frontier_node.server import start_node
 from frontier_node.store.memory import MemoryStore
 from frontier_node.store.open import open_store, sqlite_path
 from frontier_node.store.sqlite import SCHEMA_KEY, SCHEMA_VERSION, SqliteStore, StoreSchemaError
@@ -299,9 +300,13 @@ def test_open_store_rejects_bad_urls(url: str, tmp_path: Path, monkeypatch: pyte
         open_store(url)
 
 
-def test_open_store_redis_is_not_yet(tmp_path: Path) -> None:
-    with pytest.raises(NotImplementedError, match="arrives with the cluster work"):
-        open_store("redis://localhost:6379/0")
+@pytest.mark.parametrize("url", ["redis://localhost:6379/0", "rediss://localhost:6380/0"])
+def test_open_store_says_a_node_on_redis_runs_in_a_cluster(url: str) -> None:
+    message = "a node on Redis runs in a cluster: add --coordinator ADDR"
+    with pytest.raises(ValueError, match=message):
+        open_store(url)
+    with pytest.raises(ValueError, match=message):  # what `hostring node --store redis://...` alone prints
+        start_node(url, "127.0.0.1:0")
 
 
 # -- throughput figure (printed, never asserted) -------------------------------------------------------------
