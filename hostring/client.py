@@ -34,7 +34,9 @@ class Router(Protocol):
 
     def owner(self, domain: str) -> str: ...
 
-    async def refresh(self) -> None: ...
+    async def refresh(self) -> object:
+        """Read the ring again (after a wrong-owner answer or a lost node); what it answers is not used."""
+        ...
 
 
 class StaticRouter:
