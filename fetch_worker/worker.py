@@ -21,8 +21,8 @@ import grpc
 from fetch_worker.fetch import Fetcher, FetchResult, media_type
 from fetch_worker.links import extract_links
 from fetch_worker.metrics import WorkerMetrics
-from fetch_worker.routing import NodeClients, Router
 from fetch_worker.warc import WarcWriter, payload_digest
+from hostring.client import CompletionBatcher, NodeClients, Router
 from hostring.fingerprint import body_digest, simhash64
 from hostring.urls import reference_key
 from hostring.v1 import frontier_pb2 as pb
@@ -33,52 +33,6 @@ log = logging.getLogger("hostring.worker")
 ROBOTS_MAX_BYTES = 500 * 1024
 _SIMHASH_TEXT = 64 * 1024
 _SENT_LIMIT = 1 << 17
-
-_DISCOVER_BATCH = 256
-
-
-class CompletionBatcher:
-    """Completions that finish in the same event-loop turn go to their node as one CompleteBatch call.
-
-    Nothing waits for a batch to fill: the send is scheduled with call_soon, so a lone completion goes at once
-    and a busy worker naturally sends many per call (one RPC and one commit on the node instead of many).
-    """
-
-    def __init__(self, clients: NodeClients) -> None:
-        self.clients = clients
-        self._pending: dict[str, list[tuple[pb.CompleteRequest, asyncio.Future[pb.CompleteResponse]]]] = {}
-        self._sends: set[asyncio.Task[None]] = set()
-
-    def submit(self, address: str, request: pb.CompleteRequest) -> asyncio.Future[pb.CompleteResponse]:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[pb.CompleteResponse] = loop.create_future()
-        batch = self._pending.setdefault(address, [])
-        batch.append((request, future))
-        if len(batch) == 1:
-            loop.call_soon(self._start, address)
-        return future
-
-    def _start(self, address: str) -> None:
-        task = asyncio.ensure_future(self._send(address))
-        self._sends.add(task)
-        task.add_done_callback(self._sends.discard)
-
-    async def _send(self, address: str) -> None:
-        batch = self._pending.pop(address, [])
-        if not batch:
-            return
-        try:
-            resp = await self.clients.stub(address).CompleteBatch(
-                pb.CompleteBatchRequest(completions=[r for r, _ in batch]), timeout=30
-            )
-        except grpc.aio.AioRpcError as e:
-            for _, future in batch:
-                if not future.done():
-                    future.set_exception(e)
-            return
-        for (_, future), result in zip(batch, resp.results, strict=True):
-            if not future.done():
-                future.set_result(result)
 
 
 @dataclass

@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 import idna
 
@@ -23,12 +23,14 @@ from hostring.domains import registrable_domain
 __all__ = [
     "DEFAULT_PORTS",
     "DEFAULT_QUERY_POLICY",
+    "ROBOTS_PREFIX",
     "WEB_SCHEMES",
     "ParamClass",
     "QueryPolicy",
     "RejectReason",
     "UrlIdentity",
     "UrlRejected",
+    "domain_of",
     "identify",
     "normalize",
     "reference_key",
@@ -712,3 +714,22 @@ def reference_key(reference: str, base: str) -> str | tuple[str, str]:
 def robots_url(origin: str) -> str:
     """Where an origin's robots.txt lives (RFC 9309 §2.3)."""
     return origin.rstrip("/") + "/robots.txt"
+
+
+# The fetch key of an origin's robots.txt item: this prefix and the origin ("robots:https://example.com").
+ROBOTS_PREFIX: Final = "robots:"
+
+
+def domain_of(observed: str, base: str = "") -> str:
+    """The registrable domain (the shard key) of a link, a fetch key or a robots key; "" when it is rejected.
+
+    `observed` is resolved against `base` as identify() does. Without a base, a robots key (ROBOTS_PREFIX +
+    origin) names its origin's domain; with one, `observed` is a link as written and no prefix is special.
+    "" is never a domain: every URL that identify() accepts has a host.
+    """
+    if not base and observed.startswith(ROBOTS_PREFIX):
+        observed = observed[len(ROBOTS_PREFIX) :]
+    try:
+        return identify(observed, base).domain
+    except UrlRejected:
+        return ""

@@ -191,7 +191,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_seed(args: argparse.Namespace) -> int:
-    from fetch_worker.routing import NodeClients
+    from hostring.client import NodeClients
     from hostring.membership import RingWatcher
     from hostring_cli.crawl import CrawlError, read_seeds
 

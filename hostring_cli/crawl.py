@@ -25,9 +25,9 @@ import grpc
 from fetch_worker.fetch import Fetcher, FetchLimits
 from fetch_worker.metrics import WorkerMetrics
 from fetch_worker.netpolicy import NetworkPolicy
-from fetch_worker.routing import StaticRouter
 from fetch_worker.warc import WarcWriter
 from fetch_worker.worker import Worker
+from hostring.client import StaticRouter
 from hostring.metrics import serve_metrics
 from hostring.urls import UrlRejected, identify
 from hostring.v1 import frontier_pb2 as pb

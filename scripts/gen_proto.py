@@ -1,4 +1,9 @@
-"""Regenerate the gRPC/protobuf stubs in hostring/v1/ from proto/ (run from the repository root)."""
+"""Regenerate the gRPC/protobuf stubs in hostring/v1/ from proto/ (run from the repository root).
+
+The stubs refuse to import under the grpcio and protobuf of the grpcio-tools that made them, so a newer
+grpcio-tools (pinned in pyproject.toml's test extra) raises pyproject.toml's grpcio, grpcio-health-checking,
+grpcio-reflection and protobuf floors with it; tests/test_proto_drift.py fails until they match.
+"""
 
 from __future__ import annotations
 

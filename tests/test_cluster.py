@@ -39,9 +39,9 @@ import grpc
 import pytest
 import redis
 
-from frontier_node.store.redis import ROBOTS_PREFIX, RedisStore
+from frontier_node.store.redis import RedisStore
 from hostring.ring import Ring
-from hostring.urls import identify
+from hostring.urls import ROBOTS_PREFIX, identify
 from hostring.v1 import frontier_pb2 as pb
 from hostring_testing import LocalWeb, Oracle, needed_depth, oracle_for, random_model, render_model
 from hostring_testing.cluster import Cluster, assert_no_node_errors, single_owner, wait_for

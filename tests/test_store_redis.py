@@ -1,49 +1,21 @@
-"""The Redis store against real Redis processes: the store contract on a single server and on a three-shard
-Cluster, fencing by ring epoch, one slot per domain, reopen, and the handoff helpers.
-
-The contract checks are the SQLite suite's, imported so one behaviour is stated once for every backend.
+"""What only the Redis store has, against real Redis processes (a single server and a three-shard Cluster):
+fencing by ring epoch, one slot per domain, the handoff helpers, exact orders, clients and scripts. The contract
+it shares with the other backends (reopen and the comparisons with MemoryStore included) is in
+test_store_contract.py.
 """
 
 from __future__ import annotations
 
 import contextlib
-import random
-import uuid
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
 
 import pytest
 import redis
-from hypothesis import HealthCheck, given, settings
 from redis.cluster import RedisCluster
 
-from frontier_node.core.config import BudgetConfig, FrontierConfig, PolitenessConfig, RetryConfig
-from frontier_node.core.frontier import Frontier
-from frontier_node.core.journal import replay
-from frontier_node.core.records import Entry, Item, Kind
 from frontier_node.core.states import State
-from frontier_node.store.memory import MemoryStore
 from frontier_node.store.redis import FencedOut, RedisStore
-from hostring.clock import VirtualClock
-from hostring.domains import registrable_domain
-from tests.simweb import _check_replay, oracle, random_web, simulate
-from tests.test_store_sqlite import (
-    HOSTS,
-    KEYS,
-    METAS,
-    Driver,
-    make_entry,
-    ops,
-    snapshot,
-)
-from tests.test_store_sqlite import (
-    test_backlog_orders_by_priority_then_seq_with_strict_after_and_limit as test_contract_backlog_order,
-)
-from tests.test_store_sqlite import test_empty_store_answers as test_contract_empty_store
-from tests.test_store_sqlite import test_iterators_are_snapshots_taken_at_the_call as test_contract_snapshots
-from tests.test_store_sqlite import test_reads_see_buffered_writes_and_answer_alike as test_contract_reads
-
-__all__ = ["test_contract_backlog_order", "test_contract_empty_store", "test_contract_reads", "test_contract_snapshots"]
+from tests.store_helpers import admit, make_entry, page
 
 Client = redis.Redis | RedisCluster
 MakeStore = Callable[..., RedisStore]
@@ -71,150 +43,6 @@ def make_store(client: Client, redis_namespace: str) -> Iterator[MakeStore]:
     for s in opened:
         with contextlib.suppress(FencedOut):
             s.close()
-
-
-@pytest.fixture
-def store(make_store: MakeStore) -> RedisStore:
-    """The store the imported contract checks run against."""
-    return make_store()
-
-
-def page(key_path: str, host: str, seq: int, state: State = State.SCHEDULED, priority: int = 0) -> Item:
-    """A real-looking page item: its domain is the registrable domain of its host."""
-    domain = registrable_domain(host)
-    return Item(key=f"https://{host}{key_path}", url=f"https://{host}{key_path}", host=host,
-                origin=f"https://{host}", domain=domain, kind=Kind.PAGE, depth=0, priority=priority, seq=seq,
-                state=state)  # fmt: skip
-
-
-def admit(s: RedisStore | MemoryStore, jseq: int, item: Item) -> int:
-    """Journal admit + schedule for `item` (as the core does); returns the next free journal seq."""
-    item.state = State.ADMITTED
-    s.record(make_entry(jseq, item.key, "discovered", "admit", "admitted", data=item.url), item)
-    item.state = State.SCHEDULED
-    s.record(make_entry(jseq + 1, item.key, "admitted", "schedule", "scheduled"), item)
-    return jseq + 2
-
-
-# -- the contract, as the reference store answers ---------------------------------------------------------
-
-
-@settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
-)
-@given(ops=ops)
-def test_redis_answers_like_memory(make_store: MakeStore, redis_namespace: str, ops: list[tuple[Any, ...]]) -> None:
-    namespace = f"{redis_namespace}-{uuid.uuid4().hex[:12]}"  # not `random`: Hypothesis seeds it per example
-    mem, red = MemoryStore(), make_store(namespace=namespace)
-    d_mem, d_red = Driver(), Driver()
-    for op in ops:
-        assert d_red.apply(red, op) == d_mem.apply(mem, op), op
-    assert snapshot(red, KEYS, HOSTS, METAS) == snapshot(mem, KEYS, HOSTS, METAS)
-    red.close()
-    assert snapshot(make_store(namespace=namespace), KEYS, HOSTS, METAS) == snapshot(mem, KEYS, HOSTS, METAS)
-
-
-class Mirror:
-    """A Store that writes to a MemoryStore and a RedisStore and checks every read answers alike."""
-
-    def __init__(self, mem: MemoryStore, red: RedisStore) -> None:
-        self.mem, self.red = mem, red
-        self.reads = 0
-
-    def _both(self, name: str, *args: Any) -> Any:
-        want = getattr(self.mem, name)(*args)
-        got = getattr(self.red, name)(*args)
-        if isinstance(want, Iterator):
-            want, got = list(want), list(got)
-        assert got == want, (name, args)
-        self.reads += 1
-        return iter(want) if name in ("journal", "items", "robots_records") else want
-
-    def record(self, entry: Entry, item: Item) -> None:
-        self.mem.record(entry, item)
-        self.red.record(entry, item)
-
-    def note(self, entry: Entry) -> None:
-        self.mem.note(entry)
-        self.red.note(entry)
-
-    def save_robots(self, origin: str, host: str, record: dict[str, object]) -> None:
-        self.mem.save_robots(origin, host, record)
-        self.red.save_robots(origin, host, record)
-
-    def set_meta(self, name: str, value: str) -> None:
-        self.mem.set_meta(name, value)
-        self.red.set_meta(name, value)
-
-    def flush(self) -> None:
-        self.mem.flush()
-        self.red.flush()
-
-    def get_meta(self, name: str) -> str | None:
-        return self._both("get_meta", name)  # type: ignore[no-any-return]
-
-    def backlog(self, host: str, after: tuple[int, int], limit: int) -> list[Item]:
-        return self._both("backlog", host, after, limit)  # type: ignore[no-any-return]
-
-    def get(self, key: str) -> Item | None:
-        return self._both("get", key)  # type: ignore[no-any-return]
-
-    def history(self, key: str) -> list[Entry]:
-        return self._both("history", key)  # type: ignore[no-any-return]
-
-    def journal(self, after_seq: int = 0) -> Iterator[Entry]:
-        return self._both("journal", after_seq)  # type: ignore[no-any-return]
-
-    def items(self, states: Iterable[State] | None = None) -> Iterator[Item]:
-        return self._both("items", None if states is None else list(states))  # type: ignore[no-any-return]
-
-    def scheduled_counts(self) -> dict[str, int]:
-        return self._both("scheduled_counts")  # type: ignore[no-any-return]
-
-    def robots_records(self) -> Iterator[tuple[str, str, dict[str, object]]]:
-        return self._both("robots_records")  # type: ignore[no-any-return]
-
-    def counts_by_state(self) -> dict[str, int]:
-        return self._both("counts_by_state")  # type: ignore[no-any-return]
-
-    def max_seqs(self) -> tuple[int, int]:
-        return self._both("max_seqs")  # type: ignore[no-any-return]
-
-    def close(self) -> None:
-        self.mem.close()
-        self.red.close()
-
-
-CONFIG = FrontierConfig(
-    politeness=PolitenessConfig(min_delay_s=0.5, give_up_after=10_000),
-    retry=RetryConfig(max_attempts=4, base_s=1.0, robots_max_attempts=4, max_expiries=50),
-    budgets=BudgetConfig(max_depth=None, max_pages_per_host=None, max_pages_per_domain=None),
-    lease_s=5.0,
-    window=2,  # tiny, so the core refills from the store all the time
-)
-
-
-@pytest.mark.parametrize("seed", [7, 2024])
-def test_the_core_crawls_a_simulated_web_on_redis_as_on_memory(make_store: MakeStore, seed: int) -> None:
-    """The real scheduler core on a Mirror: every store read it makes answers as the reference store does."""
-    rng = random.Random(seed)
-    model = random_web(rng, hosts=5, pages=8)
-    clock = VirtualClock()
-    mirror = Mirror(MemoryStore(), make_store())
-    frontier = Frontier(mirror, clock, CONFIG, rng=random.Random(seed))
-    trace = simulate(frontier, clock, model, rng, check_replay=True)
-    want_fetched, _ = oracle(model)
-    assert {pid for pid, n in trace.successes.items() if n} == want_fetched
-    assert mirror.reads > 0
-    _check_replay(frontier)  # journal replay agrees with the rows, read through the Mirror
-    red, mem = mirror.red, mirror.mem
-    keys = [r.key for r in mem.items()]
-    hosts = sorted({r.host for r in mem.items()})
-    assert snapshot(red, keys, hosts, ["run_id", "scope"]) == snapshot(mem, keys, hosts, ["run_id", "scope"])
-    assert list(red.journal()) == mem.entries
-    assert {k: (r.state, r.attempt) for k, r in replay(red.journal()).items()} == {
-        r.key: (r.state, r.attempt) for r in red.items()
-    }
 
 
 # -- fencing -----------------------------------------------------------------------------------------------
@@ -315,32 +143,7 @@ def _keyslot(key: str) -> int:
     return int(key_slot(key.encode()))
 
 
-# -- restart, handoff ----------------------------------------------------------------------------------------
-
-
-def test_reopen_sees_everything(make_store: MakeStore) -> None:
-    s = make_store("node-a", 4)
-    mem = MemoryStore()
-    jseq = 1
-    for target in (s, mem):
-        jseq = 1
-        for i in range(30):
-            it = page(f"/p{i}", f"h{i % 4}.example.org", i + 1, priority=i % 3)
-            jseq = admit(target, jseq, it)
-            if i % 5 == 0:
-                it.state, it.attempt, it.generation = State.LEASED, 1, 1
-                target.record(make_entry(jseq, it.key, "scheduled", "lease", "leased"), it)
-                jseq += 1
-        target.note(make_entry(jseq, "not a url", "discovered", "reject", "rejected", reason="malformed"))
-        target.save_robots("https://h1.example.org", "h1.example.org", {"status": 200, "rules": ["Disallow: /x"]})
-        target.set_meta("run_id", "r1")
-    s.close()
-    again = make_store("node-a", 4)
-    keys = [f"https://h{i % 4}.example.org/p{i}" for i in range(30)] + ["not a url"]
-    hosts = [f"h{i}.example.org" for i in range(4)]
-    assert snapshot(again, keys, hosts, ["run_id"]) == snapshot(mem, keys, hosts, ["run_id"])
-    assert again.max_seqs() == (jseq, 30)
-    assert [i.key for i in again.items([State.LEASED])] == [k for i, k in enumerate(keys[:30]) if i % 5 == 0]
+# -- handoff ----------------------------------------------------------------------------------------
 
 
 def test_adopt_domain_hands_rows_and_robots_to_the_new_owner(make_store: MakeStore) -> None:
@@ -477,24 +280,6 @@ def test_scripts_come_back_after_script_flush(make_store: MakeStore, client: Cli
     assert got is not None and got.seq == 2
 
 
-def test_odd_characters_survive(make_store: MakeStore) -> None:
-    s = make_store()
-    it = page("/a%00b?q=\u00e9\U0001f600", "www.odd.dev", 1)
-    it.reason, it.etag, it.source = "nul\x00 unit\x1f sep \u2028", '"quoted\\"', "\U0001f600"
-    admit(s, 1, it)
-    s.note(make_entry(3, it.key, "scheduled", "late_evidence", "scheduled", reason="\x1f\x00*?[]\\"))
-    s.save_robots("https://www.odd.dev", "www.odd.dev", {"rules": ["Disallow: /\u00e9\x00"], "\x1f": None})
-    s.set_meta("scope", "\x00\x1f\U0001f600")
-    s.close()
-    t = make_store()
-    assert t.get(it.key) == it
-    assert [e.reason for e in t.history(it.key)] == ["", "", "\x1f\x00*?[]\\"]
-    assert list(t.robots_records()) == [
-        ("https://www.odd.dev", "www.odd.dev", {"rules": ["Disallow: /\u00e9\x00"], "\x1f": None})
-    ]
-    assert t.get_meta("scope") == "\x00\x1f\U0001f600"
-
-
 def test_a_replayed_write_changes_nothing(make_store: MakeStore) -> None:
     """The write script is idempotent, which is what makes resending a batch after a lost answer safe."""
     s = make_store()
@@ -505,5 +290,5 @@ def test_a_replayed_write_changes_nothing(make_store: MakeStore) -> None:
     call = s._write_call("again.dev", batch, 1, s.node_id)
     s.flush()
     before = (s.counts_by_state(), s.scheduled_counts(), list(s.journal()), list(s.items()), s.max_seqs())
-    assert int(s._run_pipelined("write", {"again.dev": call})["again.dev"][0]) == 1
+    assert int(s._scripts.run_pipelined("write", {"again.dev": call})["again.dev"][0]) == 1
     assert (s.counts_by_state(), s.scheduled_counts(), list(s.journal()), list(s.items()), s.max_seqs()) == before

@@ -1,4 +1,6 @@
-"""The SQLite store against the reference MemoryStore: same answers, plus durability across kill -9 and reopen."""
+"""What only the SQLite store has: its file (WAL, schema version, pragmas), batching, all-or-nothing flushes,
+readers beside a writer, durability across kill -9, and open_store's URLs. The contract it shares with the
+other backends is in test_store_contract.py."""
 
 from __future__ import annotations
 
@@ -9,308 +11,32 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 import frontier_node
-from frontier_node.core.ports import Store
-from frontier_node.core.records import Entry, Item, Kind
 from frontier_node.core.states import State
+from frontier_node.server import start_node
 from frontier_node.store.memory import MemoryStore
 from frontier_node.store.open import open_store, sqlite_path
 from frontier_node.store.sqlite import SCHEMA_KEY, SCHEMA_VERSION, SqliteStore, StoreSchemaError
+from tests.store_helpers import make_entry, make_item
 
 REPO = Path(frontier_node.__file__).resolve().parent.parent
 
 
-def make_item(key: str, host: str, priority: int, seq: int, state: State = State.SCHEDULED, **kw: Any) -> Item:
-    """An item with the identity fields filled in from key and host."""
-    return Item(
-        key=key, url=key, host=host, origin=f"https://{host}", domain=host.split(".", 1)[-1], kind=Kind.PAGE,
-        depth=1, priority=priority, seq=seq, state=state, **kw,
-    )  # fmt: skip
-
-
-def make_entry(seq: int, key: str, frm: str, event: str, to: str, **kw: Any) -> Entry:
-    """A journal line with the bookkeeping fields defaulted."""
-    fields: dict[str, Any] = {"run_id": "run-1", "attempt": 0, "generation": 0, "at": 1000.0 + seq}
-    fields.update(policy_version=1, reason="", evidence="")
-    fields.update(kw)
-    return Entry(seq=seq, key=key, from_state=frm, event=event, to_state=to, **fields)
-
-
-def snapshot(store: Store, keys: list[str], hosts: list[str], metas: list[str]) -> dict[str, object]:
-    """Every read method's answer, for comparing two stores."""
-    out: dict[str, object] = {
-        "journal": list(store.journal()),
-        "journal_after_3": list(store.journal(3)),
-        "items": list(store.items()),
-        "items_sched_leased": list(store.items([State.SCHEDULED, State.LEASED])),
-        "items_none": list(store.items([])),
-        "scheduled_counts": store.scheduled_counts(),
-        "counts_by_state": store.counts_by_state(),
-        "robots": list(store.robots_records()),
-        "max_seqs": store.max_seqs(),
-    }
-    for k in keys:
-        item = out[f"get:{k}"] = store.get(k)
-        out[f"history:{k}"] = store.history(k)
-        if item is not None:  # the strict bound: starting from an existing item's own order excludes it
-            out[f"backlog_after:{k}"] = store.backlog(item.host, item.order, 3)
-            out[f"backlog_before:{k}"] = store.backlog(item.host, (item.priority, item.seq - 1), 2)
-    for h in hosts:
-        out[f"backlog:{h}"] = store.backlog(h, (-(10**9), -1), 1000)
-    for m in metas:
-        out[f"meta:{m}"] = store.get_meta(m)
-    return out
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    """Each backend in turn, so the contract tests state one behaviour for both."""
-    s: Store = MemoryStore() if request.param == "memory" else SqliteStore(tmp_path / "node.sqlite3")
-    yield s
-    s.close()
-
-
-# -- the contract, stated once for every backend ---------------------------------------------------------
-
-
-def test_backlog_orders_by_priority_then_seq_with_strict_after_and_limit(store: Store) -> None:
-    rows = [("a", 2, 1), ("b", 1, 5), ("c", 1, 2), ("d", 0, 9), ("e", 1, 3)]
-    for i, (name, prio, seq) in enumerate(rows, 1):
-        it = make_item(f"https://h.test/{name}", "h.test", prio, seq)
-        store.record(make_entry(i, it.key, "admitted", "schedule", "scheduled"), it)
-    other = make_item("https://o.test/x", "o.test", 0, 4)
-    store.record(make_entry(9, other.key, "admitted", "schedule", "scheduled"), other)
-    leased = make_item("https://h.test/leased", "h.test", 0, 1, State.LEASED)
-    store.record(make_entry(10, leased.key, "scheduled", "lease", "leased"), leased)
-
-    def names(after: tuple[int, int], limit: int) -> list[str]:
-        return [i.key.rsplit("/", 1)[1] for i in store.backlog("h.test", after, limit)]
-
-    assert names((-1, 0), 10) == ["d", "c", "e", "b", "a"]
-    assert names((1, 2), 10) == ["e", "b", "a"]  # strictly after (1, 2): c itself is excluded
-    assert names((1, 3), 2) == ["b", "a"]
-    assert names((0, 9), 1) == ["c"]  # a lower seq at a higher priority still comes after
-    assert names((-1, 0), 2) == ["d", "c"]
-    assert names((2, 1), 10) == []
-    assert names((-1, 0), 0) == []
-    assert store.backlog("nobody.test", (-1, 0), 10) == []
-
-
-def test_reads_see_buffered_writes_and_answer_alike(store: Store) -> None:
-    it = make_item("https://h.test/1", "h.test", 1, 1, State.ADMITTED)
-    store.record(make_entry(1, it.key, "discovered", "admit", "admitted", data='{"depth":1}'), it)
-    it.state = State.SCHEDULED
-    store.record(make_entry(2, it.key, "admitted", "schedule", "scheduled"), it)
-    it.priority = 99  # a change after record() must not leak into the stored row
-    store.note(make_entry(3, "https://unknown.test/", "discovered", "reject", "rejected", reason="scope"))
-    two = make_item("https://h.test/2", "h.test", 0, 2, State.FETCHED, status=200, evidence="urn:uuid:1")
-    store.record(make_entry(4, two.key, "leased", "complete", "fetched", evidence="urn:uuid:1"), two)
-    store.save_robots("https://h.test", "h.test", {"status": 200, "rules": ["Disallow: /x"], "fetched_at": 1.5})
-    store.save_robots("https://h.test", "h.test", {"status": 404})
-    store.save_robots("http://g.test:8080", "g.test", {"status": 500, "delay": None})
-    store.set_meta("run_id", "run-1")
-    store.set_meta("run_id", "run-2")
-
-    got = store.get(it.key)
-    assert got is not None and got.state is State.SCHEDULED and got.priority == 1 and got.kind is Kind.PAGE
-    assert store.get("https://nope.test/") is None
-    assert store.get_meta("run_id") == "run-2" and store.get_meta("absent") is None
-    assert [e.seq for e in store.history(it.key)] == [1, 2]
-    assert store.history(it.key)[0].data == '{"depth":1}'
-    assert [e.seq for e in store.journal()] == [1, 2, 3, 4]
-    assert [e.seq for e in store.journal(2)] == [3, 4]
-    assert [i.key for i in store.items()] == [it.key, two.key]
-    assert [i.key for i in store.items([State.FETCHED])] == [two.key]
-    assert list(store.items([State.FAILED])) == []
-    assert store.scheduled_counts() == {"h.test": 1}
-    assert store.counts_by_state() == {"scheduled": 1, "fetched": 1}
-    assert list(store.robots_records()) == [
-        ("https://h.test", "h.test", {"status": 404}),
-        ("http://g.test:8080", "g.test", {"status": 500, "delay": None}),
-    ]
-    assert store.max_seqs() == (4, 2)
-    store.flush()
-    assert store.get(it.key) == got
-
-
-def test_iterators_are_snapshots_taken_at_the_call(store: Store) -> None:
-    a = make_item("https://h.test/a", "h.test", 0, 1)
-    store.record(make_entry(1, a.key, "admitted", "schedule", "scheduled"), a)
-    store.flush()
-    journal, items = store.journal(), store.items()
-    b = make_item("https://h.test/b", "h.test", 0, 2)
-    store.record(make_entry(2, b.key, "admitted", "schedule", "scheduled"), b)
-    a.state = State.LEASED
-    store.record(make_entry(3, a.key, "scheduled", "lease", "leased"), a)
-    store.flush()
-    assert [e.seq for e in journal] == [1]
-    assert [(i.key, i.state) for i in items] == [(a.key, State.SCHEDULED)]
-
-
-def test_empty_store_answers(store: Store) -> None:
-    assert store.max_seqs() == (0, 0)
-    assert list(store.journal()) == [] and list(store.items()) == [] and list(store.robots_records()) == []
-    assert store.scheduled_counts() == {} and store.counts_by_state() == {}
-    assert store.history("k") == [] and store.backlog("h", (0, 0), 5) == []
-    store.flush()
-
-
-# -- property: SqliteStore answers exactly as MemoryStore ------------------------------------------------
-
-KEYS = [f"https://h{i % 3}.test/p{i}" for i in range(7)]
-HOSTS = ["h0.test", "h1.test", "h2.test"]
-METAS = ["run_id", "scope", "seq.hi"]
-small_text = st.text(max_size=6)
-finite = st.floats(allow_nan=False, width=64)
-
-ops = st.lists(
-    st.one_of(
-        st.tuples(
-            st.just("record"),
-            st.integers(0, len(KEYS) - 1),
-            st.sampled_from(HOSTS),
-            st.integers(-2, 2),
-            st.sampled_from(list(State)),
-            st.booleans(),  # give the item a fresh seq
-            st.fixed_dictionaries(
-                {
-                    "attempt": st.integers(0, 5),
-                    "generation": st.integers(0, 2**63 - 1),
-                    "deadline": finite,
-                    "due_at": finite,
-                    "status": st.integers(-(2**63), 2**63 - 1),
-                    "reason": small_text,
-                    "etag": small_text,
-                    "digest": small_text,
-                    "kind": st.sampled_from(list(Kind)),
-                }
-            ),
-            small_text,  # journal data
-        ),
-        st.tuples(st.just("note"), st.integers(0, len(KEYS) - 1), small_text),
-        st.tuples(
-            st.just("robots"),
-            st.sampled_from(["https://h0.test", "https://h1.test", "http://h2.test:81"]),
-            st.sampled_from(HOSTS),
-            st.dictionaries(
-                st.text(max_size=4),
-                st.one_of(st.none(), st.booleans(), st.integers(-5, 5), finite, small_text),
-                max_size=3,
-            ),
-        ),
-        st.tuples(st.just("meta"), st.sampled_from(METAS), small_text),
-        st.tuples(st.just("flush")),
-        st.tuples(
-            st.just("backlog"),
-            st.sampled_from(HOSTS),
-            st.integers(0, len(KEYS) - 1),
-            st.integers(-1, 1),
-            st.integers(-1, 1),
-            st.integers(0, 8),
-        ),
-        st.tuples(st.just("get"), st.integers(0, len(KEYS) - 1)),
-    ),
-    max_size=40,
-)
-
-
-class Driver:
-    """Applies one op sequence to a store, numbering journal lines and item seqs as the core would."""
-
-    def __init__(self) -> None:
-        self.jseq = 0
-        self.iseq = 0
-        self.item_seq: dict[str, int] = {}
-        self.order: dict[str, tuple[int, int]] = {}
-
-    def apply(self, store: Store, op: tuple[Any, ...]) -> object:
-        kind = op[0]
-        if kind == "record":
-            _, k, host, prio, state, reseq, extra, data = op
-            key = KEYS[k]
-            if reseq or key not in self.item_seq:
-                self.iseq += 1
-                self.item_seq[key] = self.iseq
-            self.jseq += 1
-            it = make_item(
-                key, host, prio, self.item_seq[key], state, **{n: v for n, v in extra.items() if n != "kind"}
-            )
-            it.kind = extra["kind"]
-            self.order[key] = it.order
-            store.record(make_entry(self.jseq, key, "scheduled", "lease", state.value, data=data), it)
-        elif kind == "note":
-            self.jseq += 1
-            store.note(make_entry(self.jseq, KEYS[op[1]], "leased", "late_evidence", "leased", evidence=op[2]))
-        elif kind == "robots":
-            store.save_robots(op[1], op[2], op[3])
-        elif kind == "meta":
-            store.set_meta(op[1], op[2])
-        elif kind == "flush":
-            store.flush()
-        elif kind == "backlog":  # `after` lands on, just below or just above a known item's order
-            _, host, k, dp, ds, limit = op
-            prio, seq = self.order.get(KEYS[k], (0, 0))
-            return store.backlog(host, (prio + dp, seq + ds), limit)
-        elif kind == "get":
-            return store.get(KEYS[op[1]])
-        return None
-
-
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(ops=ops)
-def test_sqlite_answers_like_memory(ops: list[tuple[Any, ...]]) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "p.sqlite3"
-        mem, sql = MemoryStore(), SqliteStore(path)
-        d_mem, d_sql = Driver(), Driver()
-        try:
-            for op in ops:
-                assert d_sql.apply(sql, op) == d_mem.apply(mem, op), op
-            assert snapshot(sql, KEYS, HOSTS, METAS) == snapshot(mem, KEYS, HOSTS, METAS)
-        finally:
-            sql.close()
-        reopened = SqliteStore(path)
-        try:
-            assert snapshot(reopened, KEYS, HOSTS, METAS) == snapshot(mem, KEYS, HOSTS, METAS)
-        finally:
-            reopened.close()
-
-
-# -- SQLite specifics --------------------------------------------------------------------------------------
-
-
-def test_reopen_preserves_everything(tmp_path: Path) -> None:
+def test_the_last_close_checkpoints_the_wal_away(tmp_path: Path) -> None:
     path = tmp_path / "node.sqlite3"
-    store, mem = SqliteStore(path), MemoryStore()
-    d_sql, d_mem = Driver(), Driver()
-    script: list[tuple[Any, ...]] = [
-        ("record", i, HOSTS[i % 3], i % 2, list(State)[i % len(State)], False, {"kind": Kind.PAGE}, f"d{i}")
-        for i in range(len(KEYS))
-    ]
-    script += [("robots", "https://h0.test", "h0.test", {"allow": True}), ("meta", "run_id", "r7"), ("note", 2, "x")]
-    for op in script:
-        d_sql.apply(store, op)
-        d_mem.apply(mem, op)
+    store = SqliteStore(path)
+    it = make_item("https://h.test/a", "h.test", 0, 1)
+    store.record(make_entry(1, it.key, "admitted", "schedule", "scheduled"), it)
+    store.flush()
+    assert Path(f"{path}-wal").exists()
     store.close()
-    store.close()  # idempotent
-    assert not Path(f"{path}-wal").exists()  # the last close checkpoints the WAL away
-    again = SqliteStore(path)
-    try:
-        assert snapshot(again, KEYS, HOSTS, METAS) == snapshot(mem, KEYS, HOSTS, METAS)
-        assert again.get_meta("run_id") == "r7"
-    finally:
-        again.close()
+    assert not Path(f"{path}-wal").exists()
 
 
 def test_batch_rows_flushes_automatically(tmp_path: Path) -> None:
@@ -574,9 +300,13 @@ def test_open_store_rejects_bad_urls(url: str, tmp_path: Path, monkeypatch: pyte
         open_store(url)
 
 
-def test_open_store_redis_is_not_yet(tmp_path: Path) -> None:
-    with pytest.raises(NotImplementedError, match="arrives with the cluster work"):
-        open_store("redis://localhost:6379/0")
+@pytest.mark.parametrize("url", ["redis://localhost:6379/0", "rediss://localhost:6380/0"])
+def test_open_store_says_a_node_on_redis_runs_in_a_cluster(url: str) -> None:
+    message = "a node on Redis runs in a cluster: add --coordinator ADDR"
+    with pytest.raises(ValueError, match=message):
+        open_store(url)
+    with pytest.raises(ValueError, match=message):  # what `hostring node --store redis://...` alone prints
+        start_node(url, "127.0.0.1:0")
 
 
 # -- throughput figure (printed, never asserted) -------------------------------------------------------------

@@ -16,11 +16,13 @@ from hypothesis import strategies as st
 from hostring.domains import registrable_domain
 from hostring.urls import (
     DEFAULT_QUERY_POLICY,
+    ROBOTS_PREFIX,
     ParamClass,
     QueryPolicy,
     RejectReason,
     UrlIdentity,
     UrlRejected,
+    domain_of,
     identify,
     normalize,
     remove_dot_segments,
@@ -613,6 +615,18 @@ def test_robots_url() -> None:
     assert robots_url("https://example.com") == "https://example.com/robots.txt"
     assert robots_url("http://[::1]:8080") == "http://[::1]:8080/robots.txt"
     assert robots_url(identify("HTTP://Example.com:80/a/b?c").origin) == "http://example.com/robots.txt"
+
+
+def test_domain_of_links_keys_and_robots_keys() -> None:
+    assert domain_of("https://www.Example.co.uk/a") == "example.co.uk"
+    assert domain_of("/a?b", "http://shop.example.net/x") == "example.net"  # a link resolved against its page
+    assert domain_of(ROBOTS_PREFIX + "http://img.example.org:8080") == "example.org"  # a robots item's key
+    assert domain_of("http://127.0.0.1:9/") == "127.0.0.1"
+    # rejected: "" (no registrable domain is empty)
+    for bad in ("", "not a url", "ftp://example.com/", "http://user@example.com/", "/relative", ROBOTS_PREFIX):
+        assert domain_of(bad) == "", bad
+    # with a base the text is a link as written: "robots:" is just an unknown scheme there
+    assert domain_of(ROBOTS_PREFIX + "http://example.org", "http://example.com/") == ""
 
 
 @pytest.mark.parametrize(

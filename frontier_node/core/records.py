@@ -8,17 +8,12 @@ from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
 from frontier_node.core.states import State
-from hostring.urls import UrlRejected, identify
+from hostring.urls import ROBOTS_PREFIX as ROBOTS_PREFIX
+from hostring.urls import domain_of
 
-ROBOTS_PREFIX = "robots:"
-
-
-def key_domain(key: str) -> str:
-    """The registrable domain that owns a fetch key (robots items are keyed "robots:" + origin)."""
-    try:
-        return identify(key[len(ROBOTS_PREFIX) :] if key.startswith(ROBOTS_PREFIX) else key).domain
-    except UrlRejected:
-        return ""
+# Old names for what now lives in hostring.urls, kept while core/frontier.py (ROBOTS_PREFIX) and service.py
+# (key_domain) still import them from here; both go once those import hostring.urls themselves.
+key_domain = domain_of
 
 
 class Kind(enum.IntEnum):

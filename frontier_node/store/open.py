@@ -6,7 +6,9 @@ Accepted URLs:
   `sqlite:///data/node.sqlite3` is *relative* (`data/node.sqlite3`) and `sqlite:////var/lib/node.sqlite3`
   (four slashes) is absolute, as in SQLAlchemy. `~` is expanded. Missing parent directories are created.
 - `memory://`: a MemoryStore (nothing durable; tests and simulations).
-- `redis://...`: reserved for the cluster store, not available yet.
+- `redis://...` and `rediss://...` are not opened here: a node on Redis runs in a cluster (`hostring node
+  --coordinator ADDR --store redis://HOST:PORT/DB`), where the node opens its RedisStore with its node id and
+  the ring's epoch, which fences its writes (frontier_node.server.start_node). open_store says so.
 """
 
 from __future__ import annotations
@@ -43,7 +45,11 @@ def open_store(url: str, *, batch_rows: int = 0) -> Store:
             raise ValueError(f"memory URL takes no path or options: {url!r} (use memory://)")
         return MemoryStore()
     if url.startswith(("redis://", "rediss://")):
-        raise NotImplementedError("the Redis store arrives with the cluster work")
+        raise ValueError(
+            "a node on Redis runs in a cluster: add --coordinator ADDR (its writes are fenced by the ring's epoch; "
+            "a node on its own keeps its state in sqlite:///PATH)"
+        )
     raise ValueError(
-        f"unsupported store URL {url!r}: accepted schemes are sqlite:///path, memory:// and redis:// (later)"
+        f"unsupported store URL {url!r}: accepted schemes are sqlite:///path and memory:// "
+        "(redis://HOST:PORT/DB for a node in a cluster)"
     )

@@ -1,4 +1,9 @@
-"""Where links and completions go: the nodes of the ring, one gRPC stub each, and the owner of every domain."""
+"""The client side of the frontier wire: one channel per node, links routed to their owners, completions batched.
+
+Shared by the fetch worker and the `hostring` command (and any other client of the frontier nodes), so none of
+them imports another service for it. Which node owns a domain is a Router's to say: hostring.membership's
+RingWatcher in a cluster, StaticRouter when one node owns everything.
+"""
 
 from __future__ import annotations
 
@@ -10,11 +15,11 @@ from typing import Protocol
 import grpc
 
 from hostring.security import INSECURE, TlsConfig
-from hostring.urls import UrlRejected, identify
+from hostring.urls import domain_of
 from hostring.v1 import frontier_pb2 as pb
 from hostring.v1 import frontier_pb2_grpc as pb_grpc
 
-log = logging.getLogger("hostring.worker")
+log = logging.getLogger("hostring.client")
 
 DISCOVER_BATCH = 256
 # How long links wait for an owner: longer than a heartbeat timeout, so a node that died (and still stands in
@@ -29,7 +34,9 @@ class Router(Protocol):
 
     def owner(self, domain: str) -> str: ...
 
-    async def refresh(self) -> None: ...
+    async def refresh(self) -> object:
+        """Read the ring again (after a wrong-owner answer or a lost node); what it answers is not used."""
+        ...
 
 
 class StaticRouter:
@@ -86,11 +93,7 @@ class NodeClients:
             by_owner: dict[str, list[pb.Link]] = {}
             try:
                 for link in pending:
-                    try:
-                        domain = identify(link.observed, link.base_url).domain
-                    except UrlRejected:
-                        domain = ""
-                    by_owner.setdefault(self.router.owner(domain), []).append(link)
+                    by_owner.setdefault(self.router.owner(domain_of(link.observed, link.base_url)), []).append(link)
             except LookupError:
                 by_owner = {}
             retry: list[pb.Link] = [] if by_owner else pending
@@ -119,3 +122,47 @@ class NodeClients:
                 log.warning("ring refresh failed: %s", e)
         log.error("%d links found no owner within %.0f s", len(pending), ROUTE_DEADLINE_S)
         return len(pending)
+
+
+class CompletionBatcher:
+    """Completions that finish in the same event-loop turn go to their node as one CompleteBatch call.
+
+    Nothing waits for a batch to fill: the send is scheduled with call_soon, so a lone completion goes at once
+    and a busy worker naturally sends many per call (one RPC and one commit on the node instead of many).
+    """
+
+    def __init__(self, clients: NodeClients) -> None:
+        self.clients = clients
+        self._pending: dict[str, list[tuple[pb.CompleteRequest, asyncio.Future[pb.CompleteResponse]]]] = {}
+        self._sends: set[asyncio.Task[None]] = set()
+
+    def submit(self, address: str, request: pb.CompleteRequest) -> asyncio.Future[pb.CompleteResponse]:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[pb.CompleteResponse] = loop.create_future()
+        batch = self._pending.setdefault(address, [])
+        batch.append((request, future))
+        if len(batch) == 1:
+            loop.call_soon(self._start, address)
+        return future
+
+    def _start(self, address: str) -> None:
+        task = asyncio.ensure_future(self._send(address))
+        self._sends.add(task)
+        task.add_done_callback(self._sends.discard)
+
+    async def _send(self, address: str) -> None:
+        batch = self._pending.pop(address, [])
+        if not batch:
+            return
+        try:
+            resp = await self.clients.stub(address).CompleteBatch(
+                pb.CompleteBatchRequest(completions=[r for r, _ in batch]), timeout=30
+            )
+        except grpc.aio.AioRpcError as e:
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(e)
+            return
+        for (_, future), result in zip(batch, resp.results, strict=True):
+            if not future.done():
+                future.set_result(result)

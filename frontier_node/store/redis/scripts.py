@@ -1,0 +1,153 @@
+"""The Lua scripts of the Redis store, and running them: loaded once, called by digest, reloaded on NOSCRIPT.
+
+Every script touches the keys of one domain only (one Cluster slot, see codec.DomainKeys), so a script call is
+atomic in a single server and in a Cluster alike. A restarted or failed-over server forgets loaded scripts:
+a call answered NOSCRIPT loads them again (on every primary of a Cluster) and is sent once more.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Final
+
+from redis.exceptions import NoScriptError
+
+from frontier_node.store.redis.codec import text
+
+# KEYS: 1 fence, 2 items, 3 domain meta, 4 states, 5 sched, 6 robots, 7 journal of the line writer, 8 writers,
+# 9.. backlogs of the batch's hosts (declared for Cluster routing; all in the same slot).
+# ARGV: 1 writer, 2 epoch, 3 backlog key prefix, 4 line writer, 5 jmax, 6 imax, 7 JSON array of the lines,
+# 8 JSON array of key, packed row, key, ..., 9 JSON array of origin, packed record, ... (three arguments rather
+# than thousands: redis-py packs each argument in Python, and that was the bulk of a flush's time).
+WRITE_LUA: Final = r"""
+local writer, epoch = ARGV[1], tonumber(ARGV[2])
+local fence = redis.call('HMGET', KEYS[1], 'owner', 'epoch')
+if fence[2] then
+  local fenced = tonumber(fence[2])
+  if fenced > epoch or (fenced == epoch and fence[1] ~= writer) then
+    return {0, fence[1] or '', fence[2]}
+  end
+  if epoch > fenced then redis.call('HSET', KEYS[1], 'owner', writer, 'epoch', ARGV[2]) end
+else
+  redis.call('HSET', KEYS[1], 'owner', writer, 'epoch', ARGV[2])
+end
+local qprefix = ARGV[3]
+local lines, rows, robots = cjson.decode(ARGV[7]), cjson.decode(ARGV[8]), cjson.decode(ARGV[9])
+if #lines > 0 then
+  redis.call('SADD', KEYS[8], ARGV[4])
+  for s = 1, #lines, 4000 do
+    local chunk = {}
+    for n = s, math.min(s + 3999, #lines) do
+      chunk[#chunk + 1] = 0
+      chunk[#chunk + 1] = lines[n]
+    end
+    redis.call('ZADD', KEYS[7], unpack(chunk))
+  end
+end
+for f, v in pairs({jmax = ARGV[5], imax = ARGV[6]}) do
+  if v ~= '' then
+    local cur = redis.call('HGET', KEYS[3], f)
+    if not cur or v > cur then redis.call('HSET', KEYS[3], f, v) end
+  end
+end
+local pat = '^([^\031]*)\031([^\031]*)\031([^\031]*)\031([^\031]*)\031()'
+for i = 1, #rows, 2 do
+  local key, value = rows[i], rows[i + 1]
+  local ns, nh, no, nf, rest = string.match(value, pat)
+  local old = redis.call('HGET', KEYS[2], key)
+  if old then
+    local os, oh, oo, of = string.match(old, pat)
+    if redis.call('HINCRBY', KEYS[4], os, -1) <= 0 then redis.call('HDEL', KEYS[4], os) end
+    if os == 'scheduled' and redis.call('ZREM', qprefix .. oh, oo .. ':' .. key) == 1 then
+      if redis.call('HINCRBY', KEYS[5], oh, -1) <= 0 then redis.call('HDEL', KEYS[5], oh) end
+    end
+    if of ~= nf then
+      value = ns .. '\031' .. nh .. '\031' .. no .. '\031' .. of .. '\031' .. string.sub(value, rest)
+    end
+  end
+  redis.call('HSET', KEYS[2], key, value)
+  redis.call('HINCRBY', KEYS[4], ns, 1)
+  if ns == 'scheduled' and redis.call('ZADD', qprefix .. nh, 0, no .. ':' .. key) == 1 then
+    redis.call('HINCRBY', KEYS[5], nh, 1)
+  end
+end
+for i = 1, #robots, 2 do
+  local origin, value = robots[i], robots[i + 1]
+  local old = redis.call('HGET', KEYS[6], origin)
+  if old then
+    local of = string.match(old, '^([^\031]*)\031')
+    local nf, rest = string.match(value, '^([^\031]*)\031()')
+    if of ~= nf then value = of .. '\031' .. string.sub(value, rest) end
+  end
+  redis.call('HSET', KEYS[6], origin, value)
+end
+return {1}
+"""
+
+# KEYS: 1 fence. ARGV: 1 owner, 2 epoch. Sets the fence unless it is newer; answers the previous one.
+CLAIM_LUA: Final = r"""
+local fence = redis.call('HMGET', KEYS[1], 'owner', 'epoch')
+if fence[2] and tonumber(fence[2]) > tonumber(ARGV[2]) then
+  return {0, fence[1] or '', fence[2]}
+end
+redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'epoch', ARGV[2])
+return {1, fence[1] or '', fence[2] or '-1'}
+"""
+
+# KEYS: 1 backlog, 2 items. ARGV: 1 ZRANGEBYLEX min, 2 limit. One round trip for a page of rows.
+BACKLOG_LUA: Final = r"""
+local members = redis.call('ZRANGEBYLEX', KEYS[1], ARGV[1], '+', 'LIMIT', 0, ARGV[2])
+local keys, rows = {}, {}
+for n, m in ipairs(members) do keys[n] = string.sub(m, 43) end
+for s = 1, #keys, 4000 do
+  local chunk = redis.call('HMGET', KEYS[2], unpack(keys, s, math.min(s + 3999, #keys)))
+  for _, r in ipairs(chunk) do rows[#rows + 1] = r end
+end
+return {keys, rows}
+"""
+
+SCRIPTS: Final[dict[str, str]] = {"write": WRITE_LUA, "claim": CLAIM_LUA, "backlog": BACKLOG_LUA}
+
+
+class Scripts:
+    """The scripts on one client (a Redis or a RedisCluster): `eval` one call, `run_pipelined` many at once."""
+
+    def __init__(self, client: Any) -> None:
+        self._r = client
+        self.shas: dict[str, str] = {name: hashlib.sha1(src.encode()).hexdigest() for name, src in SCRIPTS.items()}
+        self.load()
+
+    def load(self) -> None:
+        """Load the scripts (on every primary of a Cluster) and check the server agrees on their digests."""
+        for name, src in SCRIPTS.items():
+            sha = text(self._r.script_load(src))
+            if sha != self.shas[name]:
+                raise RuntimeError(f"redis answered digest {sha} for script {name}, expected {self.shas[name]}")
+
+    def eval(self, name: str, keys: list[str], args: list[object]) -> Any:
+        """EVALSHA with one reload on NOSCRIPT."""
+        try:
+            return self._r.evalsha(self.shas[name], len(keys), *keys, *args)
+        except NoScriptError:
+            self.load()
+            return self._r.evalsha(self.shas[name], len(keys), *keys, *args)
+
+    def run_pipelined(self, name: str, calls: dict[str, tuple[list[str], list[object]]]) -> dict[str, Any]:
+        """Send calls of script `name` in one non-transactional pipeline; reload and resend those that met NOSCRIPT.
+
+        `calls` maps a label to (KEYS, ARGV); the answer maps each label to its reply or the exception it met.
+        """
+        results: dict[str, Any] = {}
+        todo = list(calls)
+        for attempt in range(2):
+            pipe = self._r.pipeline(transaction=False)
+            for label in todo:
+                keys, args = calls[label]
+                pipe.execute_command("EVALSHA", self.shas[name], len(keys), *keys, *args)
+            answers = pipe.execute(raise_on_error=False)
+            results.update(zip(todo, answers, strict=True))
+            todo = [label for label in todo if isinstance(results[label], NoScriptError)]
+            if not todo or attempt:
+                break
+            self.load()
+        return results
