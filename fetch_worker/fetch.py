@@ -1,7 +1,8 @@
 """One safe HTTP fetch: SSRF-checked connects, hard limits, and a result instead of an exception.
 
 Safety is enforced below httpx, in the connection pool's network backend
-(`PolicyBackend`): every TCP connect resolves the hostname itself, checks every
+(`PolicyBackend`, installed through httpx's public custom-transport seam,
+`PolicyTransport`): every TCP connect resolves the hostname itself, checks every
 resolved address against the `NetworkPolicy`, and then connects to the checked
 IP literal. The name is never resolved a second time, so DNS rebinding cannot
 swap the address between check and connect; TLS still uses the hostname for
@@ -34,7 +35,7 @@ import math
 import ssl
 import time
 import zlib
-from collections.abc import AsyncGenerator, Iterable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC
 from typing import Any, Protocol, cast
@@ -415,6 +416,94 @@ class PolicyBackend(httpcore.AsyncNetworkBackend):
         await self._inner.sleep(seconds)
 
 
+# httpcore's exceptions and the httpx ones a client raises for them (httpx maps them the same way).
+_HTTPX_ERRORS: tuple[tuple[type[Exception], type[httpx.TransportError]], ...] = (
+    (httpcore.TimeoutException, httpx.TimeoutException),
+    (httpcore.ConnectTimeout, httpx.ConnectTimeout),
+    (httpcore.ReadTimeout, httpx.ReadTimeout),
+    (httpcore.WriteTimeout, httpx.WriteTimeout),
+    (httpcore.PoolTimeout, httpx.PoolTimeout),
+    (httpcore.NetworkError, httpx.NetworkError),
+    (httpcore.ConnectError, httpx.ConnectError),
+    (httpcore.ReadError, httpx.ReadError),
+    (httpcore.WriteError, httpx.WriteError),
+    (httpcore.ProxyError, httpx.ProxyError),
+    (httpcore.UnsupportedProtocol, httpx.UnsupportedProtocol),
+    (httpcore.ProtocolError, httpx.ProtocolError),
+    (httpcore.LocalProtocolError, httpx.LocalProtocolError),
+    (httpcore.RemoteProtocolError, httpx.RemoteProtocolError),
+)
+
+
+@contextlib.contextmanager
+def _as_httpx_errors() -> Iterator[None]:
+    """Re-raise an httpcore exception as the most specific httpx one (the policy's own errors pass as they are)."""
+    try:
+        yield
+    except Exception as exc:
+        mapped: type[httpx.TransportError] | None = None
+        for source, target in _HTTPX_ERRORS:
+            if isinstance(exc, source) and (mapped is None or issubclass(target, mapped)):
+                mapped = target
+        if mapped is None:
+            raise
+        raise mapped(str(exc)) from exc
+
+
+class _ResponseStream(httpx.AsyncByteStream):
+    """An httpcore response body as an httpx stream."""
+
+    def __init__(self, stream: AsyncIterable[bytes]) -> None:
+        self._stream = stream
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        with _as_httpx_errors():
+            async for part in self._stream:
+                yield part
+
+    async def aclose(self) -> None:
+        aclose = getattr(self._stream, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
+class PolicyTransport(httpx.AsyncBaseTransport):
+    """An httpx transport over an httpcore connection pool whose every connect goes through `PolicyBackend`.
+
+    httpx's own AsyncHTTPTransport takes no network backend, so this is httpx's documented seam for custom
+    transports: each request is handed to the pool as an httpcore request, and the response comes back with
+    its extensions (the connected address included) and httpcore's errors raised as httpx's.
+    """
+
+    def __init__(self, pool: httpcore.AsyncConnectionPool) -> None:
+        self._pool = pool
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if not isinstance(request.stream, httpx.AsyncByteStream):
+            raise TypeError("PolicyTransport needs an async request body")
+        url = request.url
+        core_request = httpcore.Request(
+            method=request.method,
+            url=httpcore.URL(scheme=url.raw_scheme, host=url.raw_host, port=url.port, target=url.raw_path),
+            headers=request.headers.raw,
+            content=request.stream,
+            extensions=request.extensions,
+        )
+        with _as_httpx_errors():
+            response = await self._pool.handle_async_request(core_request)
+        if not isinstance(response.stream, AsyncIterable):
+            raise TypeError("an async connection pool answered with a sync body")
+        return httpx.Response(
+            status_code=response.status,
+            headers=response.headers,
+            stream=_ResponseStream(response.stream),
+            extensions=response.extensions,
+        )
+
+    async def aclose(self) -> None:
+        await self._pool.aclose()
+
+
 # --- the fetcher --------------------------------------------------------------------------------
 
 
@@ -514,19 +603,19 @@ class Fetcher:
         self.user_agent = user_agent
         self.limits = limits
         context = ssl_context if ssl_context is not None else httpx.create_ssl_context(trust_env=False)
-        transport = httpx.AsyncHTTPTransport(verify=context, trust_env=False, retries=0)
-        if not hasattr(transport, "_pool"):
-            raise RuntimeError("httpx.AsyncHTTPTransport has no _pool; cannot install the network policy")
-        # Replace the pool httpx built with one whose every connect goes through the policy.
-        transport._pool = httpcore.AsyncConnectionPool(
-            ssl_context=context,
-            max_connections=max_connections,
-            max_keepalive_connections=min(20, max_connections),
-            keepalive_expiry=5.0,
-            http1=True,
-            http2=False,
-            retries=0,
-            network_backend=PolicyBackend(policy),
+        # The pool httpx.AsyncHTTPTransport would build (no proxies, HTTP/1.1, no retries), except that every
+        # connect goes through the policy.
+        transport = PolicyTransport(
+            httpcore.AsyncConnectionPool(
+                ssl_context=context,
+                max_connections=max_connections,
+                max_keepalive_connections=min(20, max_connections),
+                keepalive_expiry=5.0,
+                http1=True,
+                http2=False,
+                retries=0,
+                network_backend=PolicyBackend(policy),
+            )
         )
         self._client = httpx.AsyncClient(
             transport=transport,
