@@ -476,7 +476,7 @@ class PolicyTransport(httpx.AsyncBaseTransport):
     """
 
     def __init__(self, pool: httpcore.AsyncConnectionPool) -> None:
-        self._pool = pool
+        self._connections = pool
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         if not isinstance(request.stream, httpx.AsyncByteStream):
@@ -490,7 +490,7 @@ class PolicyTransport(httpx.AsyncBaseTransport):
             extensions=request.extensions,
         )
         with _as_httpx_errors():
-            response = await self._pool.handle_async_request(core_request)
+            response = await self._connections.handle_async_request(core_request)
         if not isinstance(response.stream, AsyncIterable):
             raise TypeError("an async connection pool answered with a sync body")
         return httpx.Response(
@@ -501,7 +501,7 @@ class PolicyTransport(httpx.AsyncBaseTransport):
         )
 
     async def aclose(self) -> None:
-        await self._pool.aclose()
+        await self._connections.aclose()
 
 
 # --- the fetcher --------------------------------------------------------------------------------
