@@ -523,8 +523,8 @@ def ram_child(urls: int, hosts: int, batch: int) -> dict[str, Any]:
                 store.flush()
         gc.collect()
         after = _proc_status(status)
-        admitted = frontier.verdicts[("admitted", "")]
-        in_ram = sum(len(h.items) for h in frontier.hosts.values())
+        stats = frontier.stats()
+        admitted = stats.verdicts.get(("admitted", ""), 0)
         result = {
             "urls": urls,
             "hosts": hosts,
@@ -537,9 +537,9 @@ def ram_child(urls: int, hosts: int, batch: int) -> dict[str, Any]:
             "ram_bytes_per_url": (after.get("VmRSS", 0) - before.get("VmRSS", 0)) / admitted,
             "anon_bytes_per_url": (after.get("RssAnon", 0) - before.get("RssAnon", 0)) / admitted,
             "file_bytes_per_url": (after.get("RssFile", 0) - before.get("RssFile", 0)) / admitted,
-            "seen_bytes_per_url": frontier.seen.nbytes / len(frontier.seen),
-            "seen_keys": len(frontier.seen),
-            "items_in_ram": in_ram,
+            "seen_bytes_per_url": stats.seen_bytes / stats.seen,
+            "seen_keys": stats.seen,
+            "items_in_ram": stats.queued_in_ram,
             "db_bytes": sum(p.stat().st_size for p in Path(tmp).iterdir()),
         }
         store.close()

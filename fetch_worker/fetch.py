@@ -1,7 +1,8 @@
 """One safe HTTP fetch: SSRF-checked connects, hard limits, and a result instead of an exception.
 
 Safety is enforced below httpx, in the connection pool's network backend
-(`PolicyBackend`): every TCP connect resolves the hostname itself, checks every
+(`transport.PolicyBackend`, installed through httpx's public custom-transport
+seam, `transport.PolicyTransport`): every TCP connect resolves the hostname itself, checks every
 resolved address against the `NetworkPolicy`, and then connects to the checked
 IP literal. The name is never resolved a second time, so DNS rebinding cannot
 swap the address between check and connect; TLS still uses the hostname for
@@ -28,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import email.utils
 import math
 import ssl
@@ -40,10 +40,10 @@ from datetime import UTC
 from typing import Any, Protocol, cast
 
 import brotli
-import httpcore
 import httpx
 
 from fetch_worker.netpolicy import AddressRefused, NetworkPolicy, ResolutionFailed
+from fetch_worker.transport import CONNECT_TRACE, ConnectTrace, policy_transport
 
 # Error classes: the complete vocabulary of FetchResult.error_class.
 NETWORK_POLICY = "network_policy"
@@ -344,77 +344,6 @@ def _decoder_for(content_encoding: str) -> tuple[_Decoder, bool]:
     return (decoders[0] if len(decoders) == 1 else _Chain(decoders)), True
 
 
-# --- the connect-time SSRF guard ----------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class _ConnectTrace:
-    remote_ip: str = ""
-
-
-_TRACE: contextvars.ContextVar[_ConnectTrace | None] = contextvars.ContextVar("hostring_fetch_trace", default=None)
-
-
-class PolicyBackend(httpcore.AsyncNetworkBackend):
-    """An httpcore network backend that connects only to policy-checked IP literals.
-
-    Resolution and every connection attempt share the connect timeout. When a
-    name has several (all allowed) addresses they are tried in resolver order
-    until one accepts. Unix sockets are refused outright.
-    """
-
-    def __init__(self, policy: NetworkPolicy, inner: httpcore.AsyncNetworkBackend | None = None) -> None:
-        self.policy = policy
-        self._inner = inner if inner is not None else httpcore.AnyIOBackend()
-
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
-        try:
-            async with asyncio.timeout(timeout):
-                addresses = await self.policy.resolve(host, port)
-        except TimeoutError:
-            raise httpcore.ConnectTimeout(f"resolving {host!r} took longer than {timeout}s") from None
-        trace = _TRACE.get()
-        failure: httpcore.ConnectError | None = None
-        for address in addresses:
-            if trace is not None:
-                trace.remote_ip = address
-            remaining = None if deadline is None else deadline - loop.time()
-            if remaining is not None and remaining <= 0:
-                raise httpcore.ConnectTimeout(f"connecting to {host!r} took longer than {timeout}s")
-            try:
-                return await self._inner.connect_tcp(
-                    address,
-                    port,
-                    timeout=remaining,
-                    local_address=local_address,
-                    socket_options=socket_options,
-                )
-            except httpcore.ConnectError as exc:
-                failure = exc
-        assert failure is not None  # resolve() never returns an empty list
-        raise failure
-
-    async def connect_unix_socket(
-        self,
-        path: str,
-        timeout: float | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        raise httpcore.ConnectError("unix sockets are not reachable through the network policy")
-
-    async def sleep(self, seconds: float) -> None:
-        await self._inner.sleep(seconds)
-
-
 # --- the fetcher --------------------------------------------------------------------------------
 
 
@@ -514,22 +443,8 @@ class Fetcher:
         self.user_agent = user_agent
         self.limits = limits
         context = ssl_context if ssl_context is not None else httpx.create_ssl_context(trust_env=False)
-        transport = httpx.AsyncHTTPTransport(verify=context, trust_env=False, retries=0)
-        if not hasattr(transport, "_pool"):
-            raise RuntimeError("httpx.AsyncHTTPTransport has no _pool; cannot install the network policy")
-        # Replace the pool httpx built with one whose every connect goes through the policy.
-        transport._pool = httpcore.AsyncConnectionPool(
-            ssl_context=context,
-            max_connections=max_connections,
-            max_keepalive_connections=min(20, max_connections),
-            keepalive_expiry=5.0,
-            http1=True,
-            http2=False,
-            retries=0,
-            network_backend=PolicyBackend(policy),
-        )
         self._client = httpx.AsyncClient(
-            transport=transport,
+            transport=policy_transport(policy, context, max_connections),
             trust_env=False,
             follow_redirects=False,
             timeout=httpx.Timeout(
@@ -599,8 +514,8 @@ class Fetcher:
     ) -> FetchResult:
         result = FetchResult(url=url, started_at=time.time())
         progress = _Progress()
-        trace = _ConnectTrace()
-        token = _TRACE.set(trace)
+        trace = ConnectTrace()
+        token = CONNECT_TRACE.set(trace)
         t0 = time.monotonic()
         budget = self.limits.total_timeout_s if deadline is None else max(0.0, deadline - t0)
         scope = asyncio.timeout(budget)
@@ -621,7 +536,7 @@ class Fetcher:
             elif isinstance(exc, _DecodeError):
                 result.truncated = TRUNCATED_UNSPECIFIED
         finally:
-            _TRACE.reset(token)
+            CONNECT_TRACE.reset(token)
         if result.error_class and progress.reading_body and not result.truncated:
             result.truncated = _truncation_for(result.error_class)
         if not result.remote_ip:

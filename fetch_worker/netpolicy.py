@@ -4,7 +4,7 @@ A crawler follows links written by strangers, so a page can point it at
 `http://127.0.0.1:6379/`, at a cloud metadata service on 169.254.169.254, or at
 a hostname whose DNS record says `10.0.0.5`. The guard therefore judges the
 *resolved address*, at connect time, on the very address the socket is then
-opened to (see `fetch.PolicyBackend`): checking the hostname when a link is
+opened to (see `transport.PolicyBackend`): checking the hostname when a link is
 admitted and connecting later would let DNS rebinding slip through.
 
 An address is allowed when it is globally routable or lies inside the

@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable
 
 from frontier_node.core.frontier import Frontier
@@ -101,14 +100,15 @@ class Slice:
         assert frontier is not None
         domains = self.store.all_domains()
         self._known = len(domains)
-        gained = sorted(d for d in domains if self.owns(d) and d not in frontier.domains)
+        held = frontier.domains
+        gained = sorted(d for d in domains if self.owns(d) and d not in held)
         for domain in gained:
             adopted = self.store.adopt_domain(domain, self.ring.epoch)
             frontier.adopt(adopted.items, adopted.robots)
-            frontier.domains.add(domain)
+            frontier.hold(domain)
         return len(gained)
 
     def _recount(self) -> None:
         """Per-state totals from the store's counters of the held domains: exact after writes were refused."""
         assert self.frontier is not None
-        self.frontier.state_counts = Counter(self.store.counts_by_state())
+        self.frontier.recount(self.store.counts_by_state())

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import Counter
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -29,21 +28,8 @@ class NodeCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         with self.lock:
-            f = self.frontier
-            now = f.clock.now()
-            limit = f.config.politeness
-            with_work = [h for h in f.hosts.values() if h.has_work()]
-            ready = sum(
-                1 for h in with_work if not h.paused and h.in_flight < h.limit(limit) and f._eligible_at(h) <= now
-            )
-            backed_off = sum(1 for h in f.hosts.values() if h.backoff > 1.0)
-            verdicts = dict(f.verdicts)
-            events = dict(f.events)
-            states = dict(f.state_counts)
-            breaches: Counter[str] = Counter()
-            for b in f.budgets.breaches.values():
-                breaches[b.rule] += b.count
-            domains = len(f.domains)
+            s = self.frontier.stats()
+        verdicts, events, states, breaches = s.verdicts, s.events, s.urls_by_state, s.breaches
         links = CounterMetricFamily("hostring_links_discovered", "Links answered by Discover, by verdict and reason",
                                     labels=["verdict", "reason"])
         for (verdict, reason), n in sorted(verdicts.items()):
@@ -70,12 +56,12 @@ class NodeCollector(Collector):
         yield CounterMetricFamily("hostring_backoffs", "Times a host was backed off (429, 5xx, timeouts)",
                                   value=events.get("backoff", 0))
         yield GaugeMetricFamily("hostring_hosts_backed_off", "Hosts whose delay is multiplied by a backoff",
-                                value=backed_off)
+                                value=s.hosts_backed_off)
         yield GaugeMetricFamily("hostring_queue_depth", "Scheduled URLs (in RAM and in the store)",
                                 value=states.get("scheduled", 0))
-        yield GaugeMetricFamily("hostring_hosts_with_work", "Hosts with queued work", value=len(with_work))
-        yield GaugeMetricFamily("hostring_hosts_ready", "Hosts that may be leased now", value=ready)
-        yield GaugeMetricFamily("hostring_owned_domains", "Registrable domains this node holds", value=domains)
+        yield GaugeMetricFamily("hostring_hosts_with_work", "Hosts with queued work", value=s.hosts_with_work)
+        yield GaugeMetricFamily("hostring_hosts_ready", "Hosts that may be leased now", value=s.hosts_ready)
+        yield GaugeMetricFamily("hostring_owned_domains", "Registrable domains this node holds", value=s.owned_domains)
         if self.slice is not None:
             yield GaugeMetricFamily("hostring_ring_epoch", "Ring epoch this node applies", value=self.slice.epoch())
             yield CounterMetricFamily("hostring_handoffs", "Ring changes applied", value=self.slice.handoffs)

@@ -3,7 +3,7 @@
 `hostring report --store sqlite:///PATH` uses it on a finished crawl, or on a running one: the file is opened
 read-only and read inside one transaction, so items and journal come from one consistent snapshot and the
 node writing it is not disturbed. The counts are `frontier_node.report.coverage_report`'s own (it is given a
-read-only view of the store), and the journal adds what only it knows: how many times each identity was
+`CoverageInput` built from the file), and the journal adds what only it knows: how many times each identity was
 leased, and whether its last journal entry agrees with its current state.
 
 What only a live node knows is absent: links suppressed by a budget and Discover verdicts are counters in the
@@ -15,18 +15,14 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections import Counter
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
 from frontier_node.core.records import Item, Kind
 from frontier_node.core.states import State
+from frontier_node.core.views import CoverageInput
 from frontier_node.report import coverage_report
 from frontier_node.store.sqlite import ITEM_COLUMNS
-
-if TYPE_CHECKING:
-    from frontier_node.core.frontier import Frontier
 
 NOT_IN_STORE = ("suppressed_by_rule", "discovered_by_verdict")
 _EXAMPLES = 10
@@ -43,34 +39,6 @@ def store_path(url: str) -> Path:
     if "://" in url:
         raise StoreReadError(f"only sqlite:///PATH stores can be read offline, not {url!r}")
     return Path(url)
-
-
-@dataclass
-class _Items:
-    """The store part of the view: `items()` in first-write order, like the live store."""
-
-    rows: list[Item]
-
-    def items(self) -> Iterator[Item]:
-        return iter(self.rows)
-
-
-@dataclass
-class _NoBudgets:
-    """Budget breaches live in a node's memory only."""
-
-    def report(self) -> list[dict[str, object]]:
-        return []
-
-
-@dataclass
-class _StoreView:
-    """What coverage_report reads of a Frontier, filled from the store file."""
-
-    store: _Items
-    run_id: str
-    budgets: _NoBudgets = field(default_factory=_NoBudgets)
-    verdicts: Counter[tuple[str, str]] = field(default_factory=Counter)
 
 
 def _item(row: tuple[Any, ...]) -> Item:
@@ -111,10 +79,8 @@ def store_report(path: Path, *, dispositions: bool = False) -> dict[str, Any]:
         raise StoreReadError(f"{path}: cannot read the store: {e}") from e
     finally:
         con.close()
-    view = _StoreView(_Items(items), str(run_row[0]) if run_row else "")
-    report = coverage_report(cast("Frontier", view), dispositions=dispositions)
-    for name in NOT_IN_STORE:
-        del report[name]
+    # Budget breaches and Discover verdicts live in a node's memory only: the report leaves them out.
+    report = coverage_report(CoverageInput(str(run_row[0]) if run_row else "", items), dispositions=dispositions)
     pages = [it for it in items if it.kind is Kind.PAGE and it.state is not State.REJECTED]
     per_page = {it.key: leases.get(it.key, 0) for it in pages}
     if dispositions:

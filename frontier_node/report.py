@@ -5,18 +5,20 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from frontier_node.core.frontier import Frontier
 from frontier_node.core.records import Kind
 from frontier_node.core.states import TERMINAL, State
+from frontier_node.core.views import CoverageInput
 
 # Reasons that mean "never really tried": the crawl ended around them, so a reader should look at them.
 UNRESOLVED_PREFIXES = ("robots_unavailable", "host_unreachable", "retries_exhausted", "lease_expired")
 _EXAMPLES = 5
 
 
-def coverage_report(frontier: Frontier, *, dispositions: bool = False) -> dict[str, Any]:
+def coverage_report(source: CoverageInput, *, dispositions: bool = False) -> dict[str, Any]:
     """Counts by state and reason, robots denials, failures by class, suppressions by rule, and what is unresolved.
 
+    `source` comes from a live node (Frontier.coverage_input()) or a store file (offline_report); what it does
+    not know (budget breaches, Discover verdicts: None) is left out of the report.
     With `dispositions`, also the final state of every admitted identity (one row each: large for big crawls).
     """
     by_state: Counter[str] = Counter()
@@ -27,7 +29,7 @@ def coverage_report(frontier: Frontier, *, dispositions: bool = False) -> dict[s
     unresolved: list[dict[str, Any]] = []
     rows: list[dict[str, Any]] = []
     fetched_statuses: Counter[str] = Counter()
-    for item in frontier.store.items():
+    for item in source.items:
         if item.kind is Kind.ROBOTS:
             robots_files[f"{item.state.value}:{item.reason}"] += 1
             continue
@@ -49,7 +51,7 @@ def coverage_report(frontier: Frontier, *, dispositions: bool = False) -> dict[s
                          "evidence": item.evidence})
     admitted = sum(n for s, n in by_state.items() if s != State.REJECTED.value)
     report: dict[str, Any] = {
-        "run_id": frontier.run_id,
+        "run_id": source.run_id,
         "admitted": admitted,
         "by_state": dict(sorted(by_state.items())),
         "by_reason": dict(sorted(by_reason.items())),
@@ -57,10 +59,14 @@ def coverage_report(frontier: Frontier, *, dispositions: bool = False) -> dict[s
         "robots_files": dict(sorted(robots_files.items())),
         "robots_denied": {"count": len(robots_denied), "examples": sorted(robots_denied)[:_EXAMPLES]},
         "failures_by_class": dict(sorted(failures.items())),
-        "suppressed_by_rule": frontier.budgets.report(),
-        "discovered_by_verdict": {f"{v}:{r}" if r else v: n for (v, r), n in sorted(frontier.verdicts.items())},
+        "suppressed_by_rule": list(source.budget_breaches or ()),
+        "discovered_by_verdict": {f"{v}:{r}" if r else v: n for (v, r), n in sorted((source.verdicts or {}).items())},
         "unresolved": {"count": len(unresolved), "items": unresolved[:100]},
     }
+    if source.budget_breaches is None:
+        del report["suppressed_by_rule"]
+    if source.verdicts is None:
+        del report["discovered_by_verdict"]
     if dispositions:
         report["dispositions"] = rows
     return report

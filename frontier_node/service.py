@@ -12,9 +12,9 @@ from collections.abc import Callable
 import grpc
 
 from frontier_node.core.frontier import Frontier, LeaseError
-from frontier_node.core.hosts import Host
 from frontier_node.core.ports import Fenced
 from frontier_node.core.records import Item, key_domain
+from frontier_node.core.views import HostView
 from frontier_node.metrics import StoreTimer
 from frontier_node.report import coverage_report
 from hostring.urls import UrlRejected, identify
@@ -148,8 +148,9 @@ class FrontierService(pb_grpc.FrontierServicer):
         """Settle one lease (the lock is held); a domain this node does not own answers wrong_owner."""
         if not request.lease_id:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "lease_id is required")
-        item = self.frontier.leased.get(request.lease_id)
-        domain = item.domain if item is not None else key_domain(request.lease_id)
+        domain = self.frontier.leased_domain(request.lease_id)
+        if domain is None:
+            domain = key_domain(request.lease_id)
         if not self.frontier.owns(domain):
             return pb.CompleteResponse(accepted=False, wrong_owner=True, reason="wrong_owner"), domain
         done = self.frontier.complete(request.lease_id, request.generation, request.outcome, request.links)
@@ -188,38 +189,36 @@ class FrontierService(pb_grpc.FrontierServicer):
     def Stats(self, request: pb.StatsRequest, context: grpc.ServicerContext) -> pb.StatsResponse:
         with self.cond:
             s = self.frontier.stats()
-            owned = len(self.frontier.domains)
         return pb.StatsResponse(
             node_id=self.node_id,
             ring_epoch=self.epoch(),
-            run_id=str(s["run_id"]),
-            urls_by_state=s["urls_by_state"],
-            hosts=s["hosts"],
-            hosts_with_work=s["hosts_with_work"],
-            hosts_ready=s["hosts_ready"],
-            in_flight=s["in_flight"],
-            queued=s["queued"],
-            seen=s["seen"],
-            discovered_by_verdict=s["discovered_by_verdict"],
-            owned_domains=owned,
-            leases_granted=s["leases_granted"],
-            leases_expired=s["leases_expired"],
-            completes_stale=s["completes_stale"],
+            run_id=s.run_id,
+            urls_by_state={state: n for state, n in s.urls_by_state.items() if n},
+            hosts=s.hosts,
+            hosts_with_work=s.hosts_with_work,
+            hosts_ready=s.hosts_ready,
+            in_flight=s.in_flight,
+            queued=s.queued,
+            seen=s.seen,
+            discovered_by_verdict=s.discovered_by_verdict,
+            owned_domains=s.owned_domains,
+            leases_granted=s.leases_granted,
+            leases_expired=s.leases_expired,
+            completes_stale=s.completes_stale,
         )
 
     def GetHost(self, request: pb.GetHostRequest, context: grpc.ServicerContext) -> pb.HostInfo:
         with self.cond:
-            host = self.frontier.hosts.get(request.host.lower().rstrip("."))
-            if host is None:
-                context.abort(grpc.StatusCode.NOT_FOUND, f"no such host on this node: {request.host!r}")
-            return self._host_info(host)
+            host = self.frontier.host(request.host)
+        if host is None:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"no such host on this node: {request.host!r}")
+        return _host_info(host)
 
     def ListHosts(self, request: pb.ListHostsRequest, context: grpc.ServicerContext) -> pb.ListHostsResponse:
         limit = request.limit or 100
         with self.cond:
-            hosts = [h for h in self.frontier.hosts.values() if h.has_work() or not request.only_with_work]
-            hosts.sort(key=lambda h: (-h.queued, h.name))
-            return pb.ListHostsResponse(hosts=[self._host_info(h) for h in hosts[:limit]])
+            hosts = self.frontier.hosts(only_with_work=request.only_with_work, limit=limit)
+        return pb.ListHostsResponse(hosts=[_host_info(h) for h in hosts])
 
     def GetUrl(self, request: pb.GetUrlRequest, context: grpc.ServicerContext) -> pb.UrlInfo:
         key = request.url
@@ -262,7 +261,7 @@ class FrontierService(pb_grpc.FrontierServicer):
             except KeyError as e:
                 context.abort(grpc.StatusCode.NOT_FOUND, str(e.args[0]))
             self.cond.notify_all()
-            return self._host_info(host)
+        return _host_info(host)
 
     def SetHostPolicy(self, request: pb.SetHostPolicyRequest, context: grpc.ServicerContext) -> pb.HostInfo:
         with self.cond:
@@ -277,33 +276,30 @@ class FrontierService(pb_grpc.FrontierServicer):
             except ValueError as e:
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
             self.cond.notify_all()
-            return self._host_info(host)
+        return _host_info(host)
 
     def Report(self, request: pb.ReportRequest, context: grpc.ServicerContext) -> pb.ReportResponse:
         with self.cond:
-            report = coverage_report(self.frontier, dispositions=request.dispositions)
+            report = coverage_report(self.frontier.coverage_input(), dispositions=request.dispositions)
         return pb.ReportResponse(json=json.dumps(report, sort_keys=True))
 
-    def _host_info(self, host: Host) -> pb.HostInfo:
-        f = self.frontier
-        policy = f.config.politeness
-        return pb.HostInfo(
-            host=host.name,
-            domain=host.domain,
-            queued=host.queued,
-            in_flight=host.in_flight,
-            concurrency=host.limit(policy),
-            delay_s=host.delay(policy),
-            min_delay_s=host.min_delay_s if host.min_delay_s >= 0 else policy.min_delay_s,
-            backoff=host.backoff,
-            next_eligible_s=f._eligible_at(host) - f.clock.now(),
-            paused=host.paused,
-            robots="; ".join(f"{o}: {r.describe()}" for o, r in sorted(host.robots.items())),
-            fetched=host.fetched,
-            errors=host.errors,
-        )
 
-
+def _host_info(host: HostView) -> pb.HostInfo:
+    return pb.HostInfo(
+        host=host.name,
+        domain=host.domain,
+        queued=host.queued,
+        in_flight=host.in_flight,
+        concurrency=host.concurrency,
+        delay_s=host.delay_s,
+        min_delay_s=host.min_delay_s,
+        backoff=host.backoff,
+        next_eligible_s=host.next_eligible_s,
+        paused=host.paused,
+        robots="; ".join(f"{origin}: {text}" for origin, text in host.robots),
+        fetched=host.fetched,
+        errors=host.errors,
+    )
 def _link_domain(link: pb.Link) -> str:
     try:
         return identify(link.observed, link.base_url).domain

@@ -552,10 +552,10 @@ def test_handoff_fenced_write_keeps_state_counts(empty_redis: str) -> None:
         with pytest.raises(FencedOut):
             a.frontier.store.flush()
         a.apply(r2)
-        counts = {k: v for k, v in a.frontier.stats()["urls_by_state"].items() if v}
+        counts = {k: v for k, v in a.frontier.stats().urls_by_state.items() if v}
         stored = {k: v for k, v in a.frontier.store.counts_by_state().items() if v}
         assert counts == stored, f"node a counts {counts} after the handoff, its store holds {stored}"
-        pb.StatsResponse(urls_by_state=a.frontier.stats()["urls_by_state"])  # negative counts make Stats fail
+        pb.StatsResponse(urls_by_state=a.frontier.stats().urls_by_state)  # negative counts make Stats fail
     finally:
         a.store.close()
         b.store.close()

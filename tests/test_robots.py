@@ -8,7 +8,7 @@ import re
 import time
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from protego import Protego
 
@@ -331,12 +331,14 @@ def test_protego_alone_applies_a_group_named_by_a_prefix_of_our_token() -> None:
     assert not raw.can_fetch(f"{ORIGIN}/page", UA)
 
 
-def test_protego_group_table_is_what_the_record_relies_on() -> None:
-    """A canary for the one protego internal used: groups keyed by lower-cased user-agent value, merged."""
+def test_protego_merges_repeated_groups_as_the_record_does() -> None:
+    """A canary for what the record relies on, through protego's public API: groups keyed by lower-cased
+    user-agent value and merged, one group for both spellings (so "/c" stays open: no other group applies)."""
     raw = Protego.parse("User-agent: HostRing\nDisallow: /a\n\nUser-agent: hostring\nDisallow: /b\n")
-    groups = raw._user_agents
-    assert list(groups) == ["hostring"]
-    assert not groups["hostring"].can_fetch("/a") and not groups["hostring"].can_fetch("/b")
+    assert not raw.can_fetch(f"{ORIGIN}/a", "hostring") and not raw.can_fetch(f"{ORIGIN}/b", "hostring")
+    assert raw.can_fetch(f"{ORIGIN}/c", "hostring")
+    rec = parsed("User-agent: HostRing\nDisallow: /a\n\nUser-agent: hostring\nDisallow: /b\n")
+    assert not rec.allowed("/a") and not rec.allowed("/b") and rec.allowed("/c")
 
 
 def test_a_group_named_by_a_prefix_of_our_token_does_not_apply() -> None:
@@ -357,6 +359,36 @@ def test_other_tokens_do_not_apply(name: str) -> None:
     rec = parsed(f"User-agent: {name}\nDisallow: /\n\nUser-agent: *\nDisallow: /star\n")
     assert rec.allowed("/page")
     assert not rec.allowed("/star")
+
+
+# Lines as robots files write them, in the forms protego reads: group boundaries must fall where protego puts
+# them. No group is named by a proper prefix of "hostring" here, so protego's own choice is the RFC's.
+_GROUP_LINES = st.one_of(
+    st.builds(
+        str.format,
+        st.sampled_from(["User-agent: {}", "user agent {}", "useragent:{}", "USER-AGENT : {} # c", "User-agent {}"]),
+        st.sampled_from(["hostring", "HostRing", "*", "other", "hostrings", "ring", "hostring*", "", "**"]),
+    ),
+    st.builds(
+        str.format,
+        st.sampled_from(["Allow: {}", "Disallow: {}", "disalow: {}", "disallow {}", "Disallow:", "Allow: {} # x"]),
+        st.sampled_from(["/", "/a", "/b/", "/a*", "/b$"]),
+    ),
+    st.sampled_from(["Crawl-delay: 3", "crawl delay 5", "Crawl-delay: x", "Sitemap: http://x/s.xml", "Host: x.example",
+                     "foo: bar", "foo:bar", "just words", "# comment", "", ":", ": x", "Request-rate: 1/5"]),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(lines=st.lists(_GROUP_LINES, max_size=12), newline=st.sampled_from(["\n", "\r\n", "\r"]))
+@example(lines=["User-agent: other", "Disallow: /", ":", "User-agent: hostring", "Disallow: /a"], newline="\n")
+def test_group_choice_agrees_with_protego_when_no_group_is_named_by_a_prefix(lines: list[str], newline: str) -> None:
+    text = newline.join(lines)
+    rec, raw = parsed(text), Protego.parse(text)
+    for path in ("/", "/a", "/a/x", "/b/", "/b", "/c"):
+        assert rec.allowed(ORIGIN + path) == raw.can_fetch(ORIGIN + path, "hostring"), (text, path)
+    delay = raw.crawl_delay("hostring")
+    assert rec.crawl_delay == (None if delay is None else min(delay, 30.0)), text
 
 
 def test_star_applies_when_no_group_matches() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from frontier_node.core.config import BudgetConfig
@@ -90,6 +91,13 @@ class Budgets:
         if "?" in url:
             path, _ = _split(url)
             self.variants[host + path] += 1
+
+    def forget(self, hosts: Iterable[str], domains: Iterable[str]) -> None:
+        """Stop counting pages of hosts and domains another node now owns (query variants stay counted)."""
+        for host in hosts:
+            self.total -= self.per_host.pop(host, 0)
+        for domain in domains:
+            self.per_domain.pop(domain, None)
 
     def report(self) -> list[dict[str, object]]:
         return [b.to_dict() for b in sorted(self.breaches.values(), key=lambda b: (-b.count, b.rule, b.pattern))]

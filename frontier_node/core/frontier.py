@@ -1,38 +1,43 @@
 """The frontier core: which URL matters most and which may be fetched now, as a plain object.
 
 Sans-I/O: time comes from an injected clock, durability from an injected Store whose writes the shell
-flushes before it answers. Back queues are per host (`hosts.Host`); the front layer is one heap of hosts
-keyed by the time each may next be leased, with each host in it at most once.
+flushes before it answers. Back queues are per host (`hosts.Host`); the front layer (`front.FrontLayer`) is one
+heap of hosts keyed by the time each may next be leased, with each host in it at most once. Leases and retries
+wait in `leases.LeaseBook`; robots.txt files are items of their own (`robots_items`).
+
+The shells see the core through its methods and frozen views (`views`) only; its state is private.
 """
 
 from __future__ import annotations
 
-import heapq
 import json
 import random
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from frontier_node.core.budgets import Budgets
 from frontier_node.core.config import FrontierConfig
 from frontier_node.core.dedup import BodyIndex, SeenSet, key_hash
+from frontier_node.core.front import FrontLayer
 from frontier_node.core.hosts import Host
 from frontier_node.core.journal import pack_admit
+from frontier_node.core.leases import LeaseBook
 from frontier_node.core.ports import Store
-from frontier_node.core.records import ROBOTS_PREFIX, Entry, Item, Kind, LinkLike, LinkVerdict, OutcomeLike, Verdict
-from frontier_node.core.retry import OVERLOAD_STATUSES, Action, backoff_s, classify
+from frontier_node.core.records import Completion, Entry, Item, Kind, LinkLike, LinkVerdict, OutcomeLike, Verdict
+from frontier_node.core.retry import Action, backoff_s, classify
 from frontier_node.core.robots import RobotsPolicy, RobotsRecord, RobotsVerdict
+from frontier_node.core.robots_items import RobotsItems
 from frontier_node.core.states import Event, State, next_state
+from frontier_node.core.views import CoverageInput, FrontierStats, HostView
 from hostring.clock import Clock
-from hostring.urls import UrlIdentity, UrlRejected, identify, reference_key, robots_url
+from hostring.urls import UrlIdentity, UrlRejected, identify, reference_key
+
+__all__ = ["Completion", "Frontier", "LeaseError"]
 
 # Plain-string values of the enums, looked up once: reading `.value` on every transition is measurably slow.
 _VALUE: dict[State | Event, str] = {**{s: s.value for s in State}, **{e: e.value for e in Event}}
 _CACHE_LIMIT = 1 << 15
-# A robots.txt redirecting to a host of a domain another node owns (only in a cluster).
-_ELSEWHERE = "robots_redirect_elsewhere"
 
 
 class LeaseError(LookupError):
@@ -45,19 +50,7 @@ class LeaseError(LookupError):
         self.reason = reason
 
 
-@dataclass(slots=True)
-class Completion:
-    """The answer to a Complete: whether it counted, the item's state after it, and what became of its links."""
-
-    accepted: bool
-    state: str
-    follow_links: bool
-    reason: str
-    admitted: int = 0
-    forward: list[LinkLike] = field(default_factory=list)
-
-
-class Frontier:
+class Frontier(RobotsItems):
     """Admission, scheduling, leases and completions of the domains one node owns."""
 
     def __init__(
@@ -71,85 +64,99 @@ class Frontier:
         rng: random.Random | None = None,
         recover: bool = True,
     ) -> None:
-        self.store = store
-        self.clock = clock
-        self.config = config or FrontierConfig()
-        self.owns = owns or (lambda domain: True)
-        self.rng = rng or random.Random()
-        self.robots_policy = RobotsPolicy(
-            self.config.user_agent, max_crawl_delay_s=self.config.politeness.crawl_delay_cap_s
-        )
-        self.hosts: dict[str, Host] = {}
-        self.ready: list[tuple[float, int, str]] = []
-        self.leased: dict[str, Item] = {}
-        self.deadlines: list[tuple[float, str, int]] = []
-        self.waiting: dict[str, Item] = {}
-        self.retries: list[tuple[float, str, int]] = []
-        self.ip_next: dict[str, float] = {}
-        self.ip_in_flight: Counter[str] = Counter()
-        self.ip_waiters: dict[str, set[str]] = {}
-        self.seen = SeenSet()
-        self.bodies = BodyIndex(self.config.near_duplicate_distance)
-        self.budgets = Budgets(self.config.budgets)
-        self.state_counts: Counter[str] = Counter()
-        self.verdicts: Counter[tuple[str, str]] = Counter()
-        self.events: Counter[str] = Counter()
-        self.abandoned: dict[str, str] = {}
-        self.scope_hosts: set[str] = set()
-        self.scope_domains: set[str] = set()
-        self.domains: set[str] = set()
-        self.journal_seq = 0
-        self.item_seq = 0
-        self.run_id = run_id
+        self._store = store
+        self._clock = clock
+        self._config = config = config or FrontierConfig()
+        self._owns = owns or (lambda domain: True)
+        self._rng = rng or random.Random()
+        self._robots_policy = RobotsPolicy(config.user_agent, max_crawl_delay_s=config.politeness.crawl_delay_cap_s)
+        self._front = FrontLayer(config.politeness)
+        self._leases = LeaseBook()
+        self._seen = SeenSet()
+        self._bodies = BodyIndex(config.near_duplicate_distance)
+        self._budgets = Budgets(config.budgets)
+        self._counts: Counter[str] = Counter()  # items by state
+        self._verdicts: Counter[tuple[str, str]] = Counter()
+        self._events: Counter[str] = Counter()
+        self._abandoned: dict[str, str] = {}  # origin or host -> why its links are refused
+        self._scope_hosts: set[str] = set()
+        self._scope_domains: set[str] = set()
+        self._domains: set[str] = set()
+        self._journal_seq = 0
+        self._item_seq = 0
+        self._run_id = run_id
         self._now = clock.now()
         self._identities: dict[object, tuple[UrlIdentity, int]] = {}
         self._recover(rows=recover)
+
+    # ================================================================== what it was given
+
+    @property
+    def run_id(self) -> str:
+        return self._run_id
+
+    @property
+    def config(self) -> FrontierConfig:
+        return self._config
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
+
+    @property
+    def store(self) -> Store:
+        return self._store
+
+    def owns(self, domain: str) -> bool:
+        """Whether this node owns `domain` (at its current ring epoch, in a cluster)."""
+        return self._owns(domain)
 
     # ================================================================== admission
 
     def discover(self, links: Iterable[LinkLike]) -> list[LinkVerdict]:
         """Admit, dedup, scope-check and budget-check a batch of links; one verdict each, in order."""
-        self._now = self.clock.now()
+        self._now = self._clock.now()
         out: list[LinkVerdict] = []
         append = out.append
-        seen = self.seen
+        seen, verdicts, owns, budgets = self._seen, self._verdicts, self._owns, self._budgets
+        abandoned = self._abandoned
         for link in links:
             try:
                 ident, h = self._identify(link.observed, link.base_url)
             except UrlRejected as e:
-                self.verdicts[("rejected", e.reason.value)] += 1
+                verdicts[("rejected", e.reason.value)] += 1
                 append(LinkVerdict(Verdict.REJECTED, e.reason.value))
                 continue
             key, domain = ident.fetch_key, ident.domain
-            if not self.owns(domain):
-                self.verdicts[("wrong_owner", "")] += 1
+            if not owns(domain):
+                verdicts[("wrong_owner", "")] += 1
                 append(LinkVerdict(Verdict.WRONG_OWNER, "wrong_owner", key, domain))
                 continue
             if h in seen:
-                self.verdicts[("duplicate", "")] += 1
+                verdicts[("duplicate", "")] += 1
                 append(LinkVerdict(Verdict.DUPLICATE, "", key, domain))
                 continue
-            if link.seed and self.config.scope in ("host", "domain"):
+            if link.seed and self._config.scope in ("host", "domain"):
                 self._widen_scope(ident.host, domain)
-            reason = self._refusal(ident.host, ident.origin, domain, link.redirect_hops)
+            reason = self._refusal(ident.host, domain, link.redirect_hops)
             if reason:
                 seen.add(h)
                 self._reject(ident, link, reason)
-                self.verdicts[("rejected", reason)] += 1
+                verdicts[("rejected", reason)] += 1
                 append(LinkVerdict(Verdict.REJECTED, reason, key, domain))
                 continue
-            rule = self.budgets.check(ident.url, ident.host, domain, link.depth)
-            if rule is None and (ident.host in self.abandoned or ident.origin in self.abandoned):
-                rule = self.abandoned.get(ident.origin) or self.abandoned[ident.host]
+            rule = budgets.check(ident.url, ident.host, domain, link.depth)
+            if rule is None and (ident.host in abandoned or ident.origin in abandoned):
+                rule = abandoned.get(ident.origin) or abandoned[ident.host]
             if rule is not None:
                 seen.add(h)
-                self.verdicts[("suppressed", rule)] += 1
+                verdicts[("suppressed", rule)] += 1
                 append(LinkVerdict(Verdict.SUPPRESSED, rule, key, domain))
                 continue
             seen.add(h)
-            self.budgets.charge(ident.url, ident.host, domain)
+            budgets.charge(ident.url, ident.host, domain)
             self._admit(self._new_item(ident, link))
-            self.verdicts[("admitted", "")] += 1
+            verdicts[("admitted", "")] += 1
             append(LinkVerdict(Verdict.ADMITTED, "", key, domain))
         return out
 
@@ -162,44 +169,45 @@ class Frontier:
         cache = self._identities
         hit = cache.get(ck)
         if hit is None:
-            ident = identify(observed, base, max_length=self.config.budgets.max_url_length)
+            ident = identify(observed, base, max_length=self._config.budgets.max_url_length)
             if len(cache) >= _CACHE_LIMIT:
                 cache.clear()
             hit = cache[ck] = (ident, key_hash(ident.fetch_key))
         return hit
 
-    def _refusal(self, host: str, origin: str, domain: str, redirect_hops: int) -> str:
+    def _refusal(self, host: str, domain: str, redirect_hops: int) -> str:
         """Why a link with an identity is rejected outright: scope or redirect chain; '' when it is not."""
-        if redirect_hops > self.config.max_redirect_hops:
+        if redirect_hops > self._config.max_redirect_hops:
             return "too_many_redirects"
-        scope = self.config.scope
-        if scope == "host" and host not in self.scope_hosts:
+        scope = self._config.scope
+        if scope == "host" and host not in self._scope_hosts:
             return "out_of_scope"
-        if scope == "domain" and domain not in self.scope_domains:
+        if scope == "domain" and domain not in self._scope_domains:
             return "out_of_scope"
-        if scope == "list" and host not in self.scope_hosts and domain not in self.scope_domains:
+        if scope == "list" and host not in self._scope_hosts and domain not in self._scope_domains:
             return "out_of_scope"
         return ""
 
     def add_scope(self, hosts: Iterable[str] = (), domains: Iterable[str] = ()) -> None:
         """Admit these hosts and registrable domains into the crawl's scope (from seeds or a scope file)."""
-        for host in hosts:
-            self.scope_hosts.add(host)
-        for domain in domains:
-            self.scope_domains.add(domain)
-        self.store.set_meta(
-            "scope", json.dumps({"hosts": sorted(self.scope_hosts), "domains": sorted(self.scope_domains)})
+        self._scope_hosts.update(hosts)
+        self._scope_domains.update(domains)
+        self._store.set_meta(
+            "scope", json.dumps({"hosts": sorted(self._scope_hosts), "domains": sorted(self._scope_domains)})
         )
 
     def _widen_scope(self, host: str, domain: str) -> None:
-        if host not in self.scope_hosts or domain not in self.scope_domains:
+        if host not in self._scope_hosts or domain not in self._scope_domains:
             self.add_scope([host], [domain])
 
+    def _next_seq(self) -> int:
+        """The next item number: admission order, an item's age in its host queue."""
+        self._item_seq += 1
+        return self._item_seq
+
     def _new_item(self, ident: UrlIdentity, link: LinkLike) -> Item:
-        """A page item for a link, numbered in admission order (its age in the host queue)."""
-        self.item_seq += 1
         return Item(ident.fetch_key, ident.url, ident.host, ident.origin, ident.domain, Kind.PAGE, link.depth,
-                    link.priority, self.item_seq, link.redirect_hops, source=link.source_key)  # fmt: skip
+                    link.priority, self._next_seq(), link.redirect_hops, source=link.source_key)  # fmt: skip
 
     def _reject(self, ident: UrlIdentity, link: LinkLike, reason: str) -> None:
         item = self._new_item(ident, link)
@@ -209,74 +217,56 @@ class Frontier:
         """discovered -> admitted -> scheduled, then queued on its host (with a robots item for a new origin)."""
         self._move(item, Event.ADMIT, data=pack_admit(item))
         self._move(item, Event.SCHEDULE)
-        host = self._host(item.host, item.domain)
-        self.domains.add(item.domain)
+        host = self._front.host(item.host, item.domain)
+        self._domains.add(item.domain)
         if item.kind is Kind.PAGE and item.origin not in host.robots and item.origin not in host.robots_items:
             self._admit_robots(host, item.origin)
-        host.push(item, self.config.window)
-        self._wake(host, self._now)
-
-    def _admit_robots(self, host: Host, origin: str) -> None:
-        self.item_seq += 1
-        key = ROBOTS_PREFIX + origin
-        robots = Item(key, robots_url(origin), host.name, origin, host.domain, Kind.ROBOTS, 0, -1, self.item_seq)
-        self.seen.add(key_hash(key))
-        self._move(robots, Event.ADMIT, data=pack_admit(robots))
-        self._move(robots, Event.SCHEDULE)
-        host.robots_items[origin] = robots
+        host.push(item, self._config.window)
+        self._front.wake(host, self._now)
 
     # ================================================================== leasing
 
     def lease(self, worker_id: str, max_items: int) -> list[Item]:
         """Up to `max_items` items, at most one per host, each host within its delay and concurrency."""
-        now = self._now = self.clock.now()
+        now = self._now = self._clock.now()
         self.tick(now)
         out: list[Item] = []
         again: list[Host] = []
-        ready = self.ready
-        while ready and len(out) < max_items:
-            at, version, name = ready[0]
-            host = self.hosts.get(name)
-            if host is None or version != host.heap_version or not host.in_heap:
-                heapq.heappop(ready)
-                continue
-            if at > now:
+        front, limits = self._front, self._config.politeness
+        while len(out) < max_items:
+            host = front.pop_ready(now)
+            if host is None:
                 break
-            heapq.heappop(ready)
-            host.in_heap = False
             item = self._next_for(host, now)
             if item is None:
                 continue
             self._grant(item, host, now, worker_id)
             out.append(item)
-            if host.in_flight < host.limit(self.config.politeness):
+            if host.in_flight < host.limit(limits):
                 again.append(host)
         for host in again:
-            self._wake(host, now)
+            front.wake(host, now)
         return out
-
-    def _eligible_at(self, host: Host) -> float:
-        return max(host.next_eligible, self.ip_next.get(host.ip, 0.0)) if host.ip else host.next_eligible
 
     def _next_for(self, host: Host, now: float) -> Item | None:
         """The item `host` may send now, or None (the host re-enters the heap when that changes)."""
-        if host.paused or host.gave_up or host.in_flight >= host.limit(self.config.politeness):
+        if host.paused or host.gave_up or host.in_flight >= host.limit(self._config.politeness):
             return None
-        eligible = self._eligible_at(host)
+        eligible = self._front.eligible_at(host)
         if eligible > now:
-            self._wake(host, eligible)
+            self._front.wake(host, eligible)
             return None
-        if host.ip and self.ip_in_flight[host.ip] >= host.limit(self.config.politeness):
-            self.ip_waiters.setdefault(host.ip, set()).add(host.name)
+        if self._front.address_busy(host):
             return None
-        for robots in host.robots_items.values():
-            if robots.state is State.SCHEDULED and robots.host == host.name:
-                return robots
+        robots = self._robots_ready(host)
+        if robots is not None:
+            return robots
         while True:
             item = host.peek()
             if item is None:
                 if host.overflow:
-                    host.refill(self.store.backlog(host.name, host.watermark, self.config.window), self.config.window)
+                    window = self._config.window
+                    host.refill(self._store.backlog(host.name, host.watermark, window), window)
                     if host.items:
                         continue
                 return None
@@ -290,39 +280,29 @@ class Frontier:
                 return item
             self._move(item, Event.SUPPRESS, "robots")
 
-    def _robots_due(self, host: Host, origin: str) -> Item | None:
-        """The robots item to lease before `origin`'s pages, or None while it is in flight or backing off."""
-        robots = host.robots_items.get(origin)
-        if robots is None:
-            self._admit_robots(host, origin)
-            robots = host.robots_items[origin]
-        elif robots.state is State.FETCHED:
-            robots.url, robots.host, robots.redirect_hops, robots.source = robots_url(origin), host.name, 0, ""
-            self._move(robots, Event.REVISIT, "robots_expired", data=pack_admit(robots))
-        return robots if robots.state is State.SCHEDULED and robots.host == host.name else None
-
     def _grant(self, item: Item, host: Host, now: float, worker_id: str) -> None:
         item.generation += 1
         item.attempt += 1
-        item.deadline = now + self.config.lease_s
+        item.deadline = now + self._config.lease_s
         self._move(item, Event.LEASE, worker_id)
-        self.events["lease"] += 1
-        host.in_flight += 1
-        if host.ip:
-            self.ip_in_flight[host.ip] += 1
-        self.leased[item.key] = item
-        heapq.heappush(self.deadlines, (item.deadline, item.key, item.generation))
+        self._events["lease"] += 1
+        self._front.take_slot(host)
+        self._leases.lend(item)
 
     def renew(self, key: str, generation: int, extend_s: float) -> float:
         """Push a current lease's deadline out to now + extend_s (at most lease_s); the new deadline."""
-        item = self.leased.get(key)
+        item = self._leases.leased(key)
         if item is None:
             raise LeaseError(key, generation, "unknown_lease")
         if item.generation != generation:
             raise LeaseError(key, generation, "stale_generation")
-        item.deadline = self.clock.now() + min(max(extend_s, 0.0), self.config.lease_s)
-        heapq.heappush(self.deadlines, (item.deadline, item.key, item.generation))
+        self._leases.extend(item, self._clock.now() + min(max(extend_s, 0.0), self._config.lease_s))
         return item.deadline
+
+    def leased_domain(self, key: str) -> str | None:
+        """The registrable domain of the item currently leased under `key`, or None when no lease is current."""
+        item = self._leases.leased(key)
+        return item.domain if item is not None else None
 
     # ================================================================== completion
 
@@ -332,27 +312,27 @@ class Frontier:
         A stale or unknown lease is journaled as late evidence only and its links are dropped. Links whose
         domain another node owns come back in `forward` for the worker to route.
         """
-        self._now = self.clock.now()
-        item = self.leased.get(key)
+        self._now = self._clock.now()
+        item = self._leases.leased(key)
         if item is None or item.generation != generation:
             return self._late(key, generation, outcome, "stale_generation" if item else "unknown_lease")
-        now = self.clock.now()
-        del self.leased[key]
-        self.events["completed"] += 1
-        host = self._host(item.host, item.domain)
-        self._release(host, now)
+        now = self._clock.now()
+        self._leases.settle(key)
+        self._events["completed"] += 1
+        front = self._front
+        host = front.host(item.host, item.domain)
+        front.free_slot(host)
         if outcome.remote_ip:
             host.ip = outcome.remote_ip
         if item.kind is Kind.ROBOTS:
             done = self._complete_robots(item, host, outcome, now)
             home = self._robots_home(item)
             if home is not host:
-                self._wake(home, self._eligible_at(home))
+                front.wake_now(home)
         else:
             done = self._complete_page(item, host, outcome, now)
-        if host.ip:
-            self.ip_next[host.ip] = max(self.ip_next.get(host.ip, 0.0), host.next_eligible)
-        self._wake(host, self._eligible_at(host))
+        front.pace_address(host)
+        front.wake_now(host)
         if done.follow_links and links:
             for link, verdict in zip(links, self.discover(links), strict=True):
                 if verdict.verdict is Verdict.WRONG_OWNER:
@@ -362,14 +342,14 @@ class Frontier:
         return done
 
     def _late(self, key: str, generation: int, outcome: OutcomeLike, reason: str) -> Completion:
-        row = self.leased.get(key) or self.waiting.get(key) or self.store.get(key)
+        row = self._leases.leased(key) or self._leases.waiting(key) or self._store.get(key)
         state = row.state if row else State.DISCOVERED
-        self.events["late_evidence"] += 1
-        self.journal_seq += 1
-        self.store.note(
+        self._events["late_evidence"] += 1
+        self._journal_seq += 1
+        self._store.note(
             Entry(
-                self.journal_seq,
-                self.run_id,
+                self._journal_seq,
+                self._run_id,
                 key,
                 row.attempt if row else 0,
                 generation,
@@ -377,26 +357,15 @@ class Frontier:
                 Event.LATE_EVIDENCE.value,
                 state.value,
                 self._now,
-                self.config.policy_version,
+                self._config.policy_version,
                 f"{reason} status={outcome.status} {outcome.error_class}".strip(),
                 outcome.evidence,
             )
         )
         return Completion(False, state.value, False, reason)
 
-    def _release(self, host: Host, now: float) -> None:
-        """One request of `host` is over: free its slot and any host waiting on the same address."""
-        host.in_flight -= 1
-        if host.ip and self.ip_in_flight[host.ip] > 0:
-            self.ip_in_flight[host.ip] -= 1
-            for name in self.ip_waiters.pop(host.ip, ()):
-                other = self.hosts.get(name)
-                if other is None:
-                    continue
-                self._wake(other, self._eligible_at(other))
-
     def _complete_page(self, item: Item, host: Host, outcome: OutcomeLike, now: float) -> Completion:
-        policy = self.config.politeness
+        policy = self._config.politeness
         status, action_reason = outcome.status, classify(outcome.status, outcome.error_class)
         action, reason = action_reason
         if action is Action.DONE:
@@ -406,12 +375,12 @@ class Frontier:
             if 300 <= status < 400 and outcome.location:
                 reason = f"{status} -> {outcome.location[:200]}"
             elif status < 300:
-                first = self.bodies.seen_digest(outcome.body_digest)
+                first = self._bodies.seen_digest(outcome.body_digest)
                 if first is not None:
                     reason, follow = "duplicate_body", False
-                elif self.bodies.near(outcome.simhash) is not None:
+                elif self._bodies.near(outcome.simhash) is not None:
                     reason = "near_duplicate"
-                self.bodies.add(item.key, outcome.body_digest, outcome.simhash)
+                self._bodies.add(item.key, outcome.body_digest, outcome.simhash)
             if outcome.nofollow:
                 follow = False
             item.status, item.etag, item.last_modified = status, outcome.etag, outcome.last_modified
@@ -421,9 +390,9 @@ class Frontier:
         item.status, item.evidence = status, outcome.evidence
         host.errors += 1
         if action is Action.RETRY:
-            self.events["backoff"] += 1
+            self._events["backoff"] += 1
             host.on_trouble(now, outcome.retry_after_s, policy)
-            if item.attempt >= self.config.retry.max_attempts:
+            if item.attempt >= self._config.retry.max_attempts:
                 self._move(item, Event.FAIL, f"retries_exhausted:{reason}", outcome.evidence)
             else:
                 self._retry_later(item, now, reason, outcome)
@@ -435,90 +404,18 @@ class Frontier:
         return Completion(True, item.state.value, False, reason)
 
     def _retry_later(self, item: Item, now: float, reason: str, outcome: OutcomeLike) -> None:
-        wait = backoff_s(item.attempt, self.config.retry, self.rng)
+        wait = backoff_s(item.attempt, self._config.retry, self._rng)
         if outcome.retry_after_s >= 0:
-            wait = max(wait, min(outcome.retry_after_s, self.config.politeness.retry_after_cap_s))
+            wait = max(wait, min(outcome.retry_after_s, self._config.politeness.retry_after_cap_s))
         item.due_at = now + wait
         self._move(item, Event.RETRY, reason, outcome.evidence)
-        self.waiting[item.key] = item
-        heapq.heappush(self.retries, (item.due_at, item.key, item.generation))
-
-    def _robots_home(self, item: Item) -> Host:
-        """The host whose origin a robots item is for (it differs from item.host while following a redirect)."""
-        return self._host(item.source or item.host, item.domain)
-
-    def _complete_robots(self, item: Item, host: Host, outcome: OutcomeLike, now: float) -> Completion:
-        policy = self.config.politeness
-        status, error_class = outcome.status, outcome.error_class
-        item.status, item.evidence = status, outcome.evidence
-        home = self._robots_home(item)
-        redirected = 300 <= status < 400 and bool(outcome.location) and not error_class
-        hop = ""
-        if redirected and item.redirect_hops < self.config.max_redirect_hops:
-            hop = self._robots_hop(item, host, home, outcome.location)
-            if hop == _ELSEWHERE:
-                # Not followed, and not read as "unavailable, allow all" either: the rules behind it are unknown.
-                hop, error_class = "", _ELSEWHERE
-        if not hop:
-            record = self.robots_policy.from_outcome(
-                item.origin, status=status, body=bytes(outcome.robots_body), error_class=error_class, now=now
-            )
-            home.robots[item.origin] = record
-            self.store.save_robots(item.origin, home.name, record.to_dict())
-        self.events[f"robots_{status // 100}xx" if status else "robots_no_response"] += 1
-        # Pace after the record is in place, so the file's own Crawl-delay governs the very next request.
-        if error_class or status in OVERLOAD_STATUSES or status >= 500:
-            self.events["backoff"] += 1
-            host.on_trouble(now, outcome.retry_after_s, policy)
-        else:
-            host.on_response(outcome.response_s, now, policy)
-        if hop:
-            return Completion(True, item.state.value, False, hop)
-        reason = error_class or f"robots_{status}"
-        if record.verdict is not RobotsVerdict.DISALLOW_ALL:
-            self._move(item, Event.COMPLETE, reason, outcome.evidence)
-        elif classify(status, error_class).action is Action.FAIL:
-            self._move(item, Event.FAIL, reason, outcome.evidence)
-            self._abandon(home, item.origin, error_class or "robots_unavailable")
-        elif item.attempt - item.redirect_hops >= self.config.retry.robots_max_attempts:
-            self._move(item, Event.FAIL, f"robots_unavailable:{reason}", outcome.evidence)
-            self._abandon(home, item.origin, "robots_unavailable")
-        else:
-            self._retry_later(item, now, reason, outcome)
-        if item.state is not State.RETRYABLE and host is not home:
-            host.robots_items.pop(item.origin, None)
-        return Completion(True, item.state.value, False, reason)
-
-    def _robots_hop(self, item: Item, host: Host, home: Host, location: str) -> str:
-        """Send a robots item to its redirect target's host queue; the reason, or '' when the target is unusable."""
-        try:
-            target = identify(location, item.url, max_length=self.config.budgets.max_url_length)
-        except UrlRejected:
-            return ""
-        if not self.owns(target.domain):
-            # Another node paces that host; fetching it from here could put two requests on it at once.
-            return _ELSEWHERE
-        if host is not home:
-            host.robots_items.pop(item.origin, None)
-        item.url, item.redirect_hops, item.source, item.host = (
-            target.url,
-            item.redirect_hops + 1,
-            home.name,
-            target.host,
-        )
-        hop_host = self._host(target.host, target.domain)
-        reason = f"robots_redirect -> {target.url[:200]}"
-        self._move(item, Event.REDIRECT, reason, data=pack_admit(item))
-        if hop_host is not home:
-            hop_host.robots_items[item.origin] = item
-        self._wake(hop_host, self._eligible_at(hop_host))
-        return reason
+        self._leases.wait(item)
 
     # ================================================================== giving up
 
     def _abandon(self, host: Host, origin: str, reason: str) -> None:
         """Suppress every queued page of `origin`, and refuse its future links, naming why."""
-        self.abandoned[origin] = reason
+        self._abandoned[origin] = reason
         self._drain_queue(host, reason, lambda it: it.origin == origin)
 
     def _give_up(self, host: Host, reason: str) -> None:
@@ -527,11 +424,10 @@ class Frontier:
         Robots items it held for other origins (redirect hops) end too, and so do those origins' pages.
         """
         host.gave_up = reason
-        self.abandoned[host.name] = reason
+        self._abandoned[host.name] = reason
         self._drain_queue(host, reason, lambda it: True)
         lost: list[Item] = []
-        for item in [it for it in self.waiting.values() if it.host == host.name]:
-            del self.waiting[item.key]
+        for item in self._leases.take_waiting(host.name):
             self._move(item, Event.GIVE_UP, reason)
             if item.kind is Kind.ROBOTS:
                 lost.append(item)
@@ -546,7 +442,7 @@ class Frontier:
 
     def _drain_queue(self, host: Host, reason: str, which: Callable[[Item], bool]) -> None:
         if host.overflow:
-            rows = self.store.backlog(host.name, host.watermark, 1 << 62)
+            rows = self._store.backlog(host.name, host.watermark, 1 << 62)
             host.refill(rows, 1 << 62)
         for item in [it for it in host.items.values() if which(it)]:
             del host.items[item.key]
@@ -556,74 +452,56 @@ class Frontier:
 
     def tick(self, now: float | None = None) -> None:
         """Expire overdue leases and put retries that are due back on their hosts."""
-        now = self._now = self.clock.now() if now is None else now
-        deadlines = self.deadlines
-        while deadlines and deadlines[0][0] <= now:
-            _, key, generation = heapq.heappop(deadlines)
-            item = self.leased.get(key)
-            if item is None or item.generation != generation or item.deadline > now:
-                continue
-            del self.leased[key]
-            host = self._host(item.host, item.domain)
-            self._release(host, now)
-            host.next_eligible = max(host.next_eligible, now + host.delay(self.config.politeness))
-            self.events["lease_expired"] += 1
-            if item.attempt >= self.config.retry.max_attempts + self.config.retry.max_expiries:
+        now = self._now = self._clock.now() if now is None else now
+        front, leases, retry = self._front, self._leases, self._config.retry
+        while (item := leases.pop_expired(now)) is not None:
+            host = front.host(item.host, item.domain)
+            front.free_slot(host)
+            host.next_eligible = max(host.next_eligible, now + host.delay(self._config.politeness))
+            self._events["lease_expired"] += 1
+            if item.attempt >= retry.max_attempts + retry.max_expiries:
                 self._move(item, Event.FAIL, "lease_expired_repeatedly")
             else:
                 self._move(item, Event.EXPIRE, "lease_expired")
                 self._requeue(host, item)
-            self._wake(host, self._eligible_at(host))
-        retries = self.retries
-        while retries and retries[0][0] <= now:
-            _, key, generation = heapq.heappop(retries)
-            item = self.waiting.get(key)
-            if item is None or item.generation != generation:
-                continue
-            del self.waiting[key]
-            host = self._host(item.host, item.domain)
+            front.wake_now(host)
+        while (item := leases.pop_due(now)) is not None:
+            host = front.host(item.host, item.domain)
             self._move(item, Event.RESCHEDULE)
             self._requeue(host, item)
-            self._wake(host, self._eligible_at(host))
+            front.wake_now(host)
 
     def _requeue(self, host: Host, item: Item) -> None:
         if item.kind is Kind.ROBOTS:
             host.robots_items[item.origin] = item
         else:
-            host.push(item, self.config.window)
+            host.push(item, self._config.window)
 
     def next_event_in(self) -> float | None:
         """Seconds until something may change by itself (a host ready, a retry due, a lease expiring)."""
-        times = []
-        while self.ready:
-            at, version, name = self.ready[0]
-            host = self.hosts.get(name)
-            if host is not None and version == host.heap_version and host.in_heap:
-                times.append(at)
-                break
-            heapq.heappop(self.ready)
-        if self.retries:
-            times.append(self.retries[0][0])
-        if self.deadlines:
-            times.append(self.deadlines[0][0])
-        return max(0.0, min(times) - self.clock.now()) if times else None
+        times = [t for t in (self._front.next_at(), self._leases.next_at()) if t is not None]
+        return max(0.0, min(times) - self._clock.now()) if times else None
 
     @property
     def drained(self) -> bool:
         """Nothing queued, nothing in flight, nothing waiting to retry: this node's crawl is over."""
-        c = self.state_counts
+        c = self._counts
         return c["scheduled"] == 0 and c["leased"] == 0 and c["retryable"] == 0
 
     # ================================================================== administration
 
-    def pause(self, host_name: str, paused: bool) -> Host:
+    def pause(self, host_name: str, paused: bool) -> HostView:
+        """Stop (or resume) leasing a host's URLs; the host as it stands after."""
         host = self._known_host(host_name)
         host.paused = paused
         if not paused:
-            self._wake(host, self._eligible_at(host))
-        return host
+            self._front.wake_now(host)
+        return self._front.view(host, self._clock.now())
 
-    def set_policy(self, host_name: str, *, min_delay_s: float | None = None, concurrency: int | None = None) -> Host:
+    def set_policy(
+        self, host_name: str, *, min_delay_s: float | None = None, concurrency: int | None = None
+    ) -> HostView:
+        """Override a host's minimum delay and/or concurrency limit; the host as it stands after."""
         host = self._known_host(host_name)
         if min_delay_s is not None:
             if min_delay_s < 0:
@@ -633,33 +511,16 @@ class Frontier:
             if concurrency < 1:
                 raise ValueError("concurrency must be >= 1")
             host.concurrency = concurrency
-        self._wake(host, self._eligible_at(host))
-        return host
+        self._front.wake_now(host)
+        return self._front.view(host, self._clock.now())
 
     def _known_host(self, name: str) -> Host:
-        host = self.hosts.get(name.lower().rstrip("."))
+        host = self._front.get(_host_name(name))
         if host is None:
             raise KeyError(f"no such host on this node: {name!r}")
         return host
 
     # ================================================================== internals
-
-    def _host(self, name: str, domain: str) -> Host:
-        host = self.hosts.get(name)
-        if host is None:
-            host = self.hosts[name] = Host(name, domain)
-        return host
-
-    def _wake(self, host: Host, at: float) -> None:
-        """Put `host` in the ready heap for time `at` if it can use a slot; keeps one live entry per host."""
-        if host.paused or host.gave_up or host.in_flight >= host.limit(self.config.politeness) or not host.has_work():
-            return
-        if host.in_heap and self.ready and host.heap_at <= at:
-            return
-        host.heap_version += 1
-        host.heap_at = at
-        host.in_heap = True
-        heapq.heappush(self.ready, (at, host.heap_version, host.name))
 
     def _move(self, item: Item, event: Event, reason: str = "", evidence: str = "", data: str = "") -> None:
         """Apply one transition from the table, count it and journal it with the item's new row."""
@@ -667,32 +528,34 @@ class Frontier:
         after = next_state(before, event, item.key)
         item.state = after
         item.reason = reason
-        counts = self.state_counts
+        counts = self._counts
         b, a = _VALUE[before], _VALUE[after]
         if before is not State.DISCOVERED:
             counts[b] -= 1
         counts[a] += 1
-        self.journal_seq += 1
-        self.store.record(
-            Entry(self.journal_seq, self.run_id, item.key, item.attempt, item.generation, b, _VALUE[event], a,
-                  self._now, self.config.policy_version, reason, evidence, data),
+        self._journal_seq += 1
+        self._store.record(
+            Entry(self._journal_seq, self._run_id, item.key, item.attempt, item.generation, b, _VALUE[event], a,
+                  self._now, self._config.policy_version, reason, evidence, data),
             item,
         )  # fmt: skip
+
+    # ================================================================== ownership: restart and handoff
 
     def _recover(self, rows: bool) -> None:
         """Rebuild RAM state from the store after a restart: run id, counters, scope and (with `rows`) the items.
 
         A cluster node passes rows=False: which domains it holds is the ring's to say, and it adopts them then.
         """
-        store = self.store
-        self.run_id = self.run_id or store.get_meta("run_id") or uuid.uuid4().hex[:12]
-        store.set_meta("run_id", self.run_id)
-        self.journal_seq, self.item_seq = store.max_seqs()
+        store = self._store
+        self._run_id = self._run_id or store.get_meta("run_id") or uuid.uuid4().hex[:12]
+        store.set_meta("run_id", self._run_id)
+        self._journal_seq, self._item_seq = store.max_seqs()
         scope = store.get_meta("scope")
         if scope:
             loaded = json.loads(scope)
-            self.scope_hosts.update(loaded["hosts"])
-            self.scope_domains.update(loaded["domains"])
+            self._scope_hosts.update(loaded["hosts"])
+            self._scope_domains.update(loaded["domains"])
         if rows:
             self.adopt(store.items(), store.robots_records())
         store.flush()
@@ -703,86 +566,113 @@ class Frontier:
         Queued rows stay in the store (only counted); leased ones keep their deadline, so a host with a fetch
         still in flight elsewhere is not leased again before it ends. Hosts rest one delay first: no burst.
         """
-        now = self._now = self.clock.now()
-        touched: set[str] = set()
+        now = self._now = self._clock.now()
+        front = self._front
+        touched: dict[str, Host] = {}
         for origin, host_name, data in robots:
-            self._host(host_name, "").robots[origin] = RobotsRecord.from_dict(data)
+            front.host(host_name, "").robots[origin] = RobotsRecord.from_dict(data)
         for item in items:
-            self.seen.add(key_hash(item.key))
-            self.state_counts[item.state.value] += 1
-            host = self._host(item.host, item.domain)
-            touched.add(host.name)
-            self.domains.add(item.domain)
+            self._seen.add(key_hash(item.key))
+            self._counts[item.state.value] += 1
+            host = touched[item.host] = front.host(item.host, item.domain)
+            self._domains.add(item.domain)
             if item.kind is Kind.ROBOTS:
                 if item.state is State.FAILED or item.state is State.SUPPRESSED:
-                    self.abandoned[item.origin] = item.reason.split(":")[0] or "robots_unavailable"
+                    self._abandoned[item.origin] = item.reason.split(":")[0] or "robots_unavailable"
                 else:
                     host.robots_items[item.origin] = item
                     if item.source and item.source != item.host:
-                        self._host(item.source, item.domain).robots_items[item.origin] = item
+                        front.host(item.source, item.domain).robots_items[item.origin] = item
             else:
                 host.domain = item.domain
                 if item.state is not State.REJECTED:
-                    self.budgets.charge(item.url, item.host, item.domain)
+                    self._budgets.charge(item.url, item.host, item.domain)
                 if item.state is State.SCHEDULED:
                     host.overflow += 1
                 elif item.state is State.FETCHED and item.digest:
-                    self.bodies.add(item.key, item.digest, 0)
+                    self._bodies.add(item.key, item.digest, 0)
             if item.state is State.LEASED:
-                self.leased[item.key] = item
                 host.in_flight += 1
-                heapq.heappush(self.deadlines, (item.deadline, item.key, item.generation))
+                self._leases.lend(item)
             elif item.state is State.RETRYABLE:
-                self.waiting[item.key] = item
-                heapq.heappush(self.retries, (item.due_at, item.key, item.generation))
-        for name in touched:
-            host = self.hosts[name]
+                self._leases.wait(item)
+        for host in touched.values():
             if host.has_work():
-                host.next_eligible = max(host.next_eligible, now + host.delay(self.config.politeness))
-                self._wake(host, host.next_eligible)
+                host.next_eligible = max(host.next_eligible, now + host.delay(self._config.politeness))
+                front.wake(host, host.next_eligible)
 
-    def release(self, domains: Iterable[str], counts: dict[str, int] | None = None) -> None:
+    def hold(self, domain: str) -> None:
+        """Count `domain` among those this node holds, rows or not (a cluster node adopted it at a new ring)."""
+        self._domains.add(domain)
+
+    def release(self, domains: Iterable[str], counts: Mapping[str, int] | None = None) -> None:
         """Forget domains another node now owns: their hosts, leases and retries leave RAM (the store keeps all).
 
         `counts` (state -> rows of those domains) keeps the per-state totals right; a shell that can count
-        from its store after the release (the cluster does) passes nothing and recounts instead.
+        from its store after the release (the cluster does) passes nothing and calls recount() instead.
         """
-        gone = set(domains) & self.domains
+        gone = set(domains) & self._domains
         if not gone:
             return
-        self.domains -= gone
-        for name in [n for n, h in self.hosts.items() if h.domain in gone]:
-            host = self.hosts.pop(name)
-            host.in_heap = False
-            self.budgets.total -= self.budgets.per_host.pop(name, 0)
-        for d in gone:
-            self.budgets.per_domain.pop(d, None)
-        for table in (self.leased, self.waiting):
-            for key in [k for k, it in table.items() if it.domain in gone]:
-                del table[key]
+        self._domains -= gone
+        self._budgets.forget(self._front.forget(gone), gone)
+        self._leases.forget(gone)
         for state, n in (counts or {}).items():
-            self.state_counts[state] -= n
+            self._counts[state] -= n
+
+    def recount(self, counts: Mapping[str, int]) -> None:
+        """Replace the per-state totals with `counts` (state -> rows), counted by the store of the held domains."""
+        self._counts = Counter(counts)
+
+    @property
+    def domains(self) -> frozenset[str]:
+        """The registrable domains this node holds."""
+        return frozenset(self._domains)
 
     # ================================================================== inspection
 
-    def stats(self) -> dict[str, object]:
-        now = self.clock.now()
-        with_work = [h for h in self.hosts.values() if h.has_work()]
-        return {
-            "run_id": self.run_id,
-            "urls_by_state": {k: v for k, v in self.state_counts.items() if v},
-            "hosts": len(self.hosts),
-            "hosts_with_work": len(with_work),
-            "hosts_ready": sum(
-                1
-                for h in with_work
-                if not h.paused and h.in_flight < h.limit(self.config.politeness) and self._eligible_at(h) <= now
-            ),
-            "in_flight": len(self.leased),
-            "queued": self.state_counts["scheduled"],
-            "seen": len(self.seen),
-            "discovered_by_verdict": {f"{v}:{r}" if r else v: n for (v, r), n in self.verdicts.items()},
-            "leases_granted": self.events["lease"],
-            "leases_expired": self.events["lease_expired"],
-            "completes_stale": self.events["late_evidence"],
-        }
+    def host(self, name: str) -> HostView | None:
+        """One host (its name as given, any case, a trailing dot allowed), or None when this node has no such host."""
+        host = self._front.get(_host_name(name))
+        return None if host is None else self._front.view(host, self._clock.now())
+
+    def hosts(self, *, only_with_work: bool = False, limit: int | None = None) -> list[HostView]:
+        """Hosts with the longest queues first (then by name), at most `limit` of them."""
+        hosts = [h for h in self._front if h.has_work() or not only_with_work]
+        hosts.sort(key=lambda h: (-h.queued, h.name))
+        now = self._clock.now()
+        return [self._front.view(h, now) for h in hosts[:limit]]
+
+    def stats(self) -> FrontierStats:
+        now = self._clock.now()
+        front = self._front
+        with_work = [h for h in front if h.has_work()]
+        breaches: Counter[str] = Counter()
+        for breach in self._budgets.breaches.values():
+            breaches[breach.rule] += breach.count
+        return FrontierStats(
+            run_id=self._run_id,
+            urls_by_state=dict(self._counts),
+            hosts=len(front),
+            hosts_with_work=len(with_work),
+            hosts_ready=sum(1 for h in with_work if front.can_go(h, now)),
+            hosts_backed_off=sum(1 for h in front if h.backoff > 1.0),
+            in_flight=len(self._leases),
+            queued=self._counts["scheduled"],
+            queued_in_ram=sum(len(h.items) for h in front),
+            seen=len(self._seen),
+            seen_bytes=self._seen.nbytes,
+            owned_domains=len(self._domains),
+            verdicts=dict(self._verdicts),
+            events=dict(self._events),
+            breaches=dict(breaches),
+        )
+
+    def coverage_input(self) -> CoverageInput:
+        """What the coverage report needs from this node: the store's rows and the in-memory counters."""
+        return CoverageInput(self._run_id, self._store.items(), self._budgets.report(), dict(self._verdicts))
+
+
+def _host_name(name: str) -> str:
+    """A host name as the core keys hosts: lower case, no trailing dot."""
+    return name.lower().rstrip(".")

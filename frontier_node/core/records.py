@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import builtins
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
 from frontier_node.core.states import State
@@ -191,3 +191,15 @@ class Entry(NamedTuple):
     reason: str
     evidence: str
     data: str = ""
+
+
+@dataclass(slots=True)
+class Completion:
+    """The answer to a Complete: whether it counted, the item's state after it, and what became of its links."""
+
+    accepted: bool
+    state: str
+    follow_links: bool
+    reason: str
+    admitted: int = 0
+    forward: list[LinkLike] = field(default_factory=list)

@@ -10,7 +10,7 @@ import binascii
 import enum
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 from urllib.parse import urlsplit
@@ -39,7 +39,7 @@ class RobotsVerdict(enum.StrEnum):
 
 
 class _Group(Protocol):
-    """The part of a protego rule set used here: one user-agent group, repeated groups already merged."""
+    """What a record asks of the group that applies to it: per-URL answers and the Crawl-delay."""
 
     def can_fetch(self, url: str) -> bool: ...
 
@@ -71,17 +71,104 @@ def _cap_body(body: bytes) -> bytes:
     return head[: max(head.rfind(b"\n"), head.rfind(b"\r")) + 1]
 
 
-def _select_group(body: bytes, product_token: str) -> _Group | None:
-    """Parse a (capped) body and return the group for the whole product token, else `*`, else None.
+# How protego (0.7) reads a line, so that the groups chosen here begin and end where protego's do: the known
+# fields (misspellings included), and "field: value" or, as a second chance, "field value" with a one- or
+# two-word field. Only user-agent lines and where they end a group matter here; protego parses the rules.
+_USER_AGENT_FIELDS = frozenset({"user-agent", "useragent", "user agent"})
+_SITE_WIDE_FIELDS = frozenset({"sitemap", "sitemaps", "site-map", "host"})  # these do not end a group
+_KNOWN_FIELDS = _USER_AGENT_FIELDS | _SITE_WIDE_FIELDS | {
+    "allow", "disallow", "dissallow", "dissalow", "disalow", "diasllow", "disallaw",
+    "crawl-delay", "crawl delay", "request-rate", "request rate", "visit-time", "visit time",
+}  # fmt: skip
+_MAX_FIELD_WORDS = 2
+# The one user-agent the chosen group is handed to protego under, and asked for.
+_AGENT = "*"
 
-    protego's own selection also accepts a group whose name is a prefix of the crawler's token
-    (`user-agent: host` for `hostring`), so the group is picked here from its table of groups, which
-    is keyed by the lower-cased `user-agent` value with repeated groups merged.
+
+def _directive(line: str) -> tuple[str, str] | None:
+    """(lower-cased field, value) of a comment-free, stripped line, or None when it is no directive at all."""
+    field: str | None = None
+    value = ""
+    if ":" in line:
+        field, raw = line.split(":", 1)
+        field, value = field.strip().lower(), raw.strip()
+        if field in _KNOWN_FIELDS or not raw or raw[0].isspace():
+            return field, value
+    words = line.split()
+    for count in range(1, _MAX_FIELD_WORDS + 1):
+        candidate = " ".join(words[:count]).lower()
+        if candidate in _KNOWN_FIELDS:
+            return candidate, " ".join(words[count:])
+    return None if field is None else (field, value)
+
+
+def _names_token(name: str, token: str) -> bool:
+    """Whether a (lower-cased) user-agent value names the product token: exactly, or once protego drops the
+    `*` it does not support inside a name ("hostring*")."""
+    return name == token or (name != "*" and "*" in name and name.replace("*", "") == token)
+
+
+def _group_lines(text: str, product_token: str) -> list[str] | None:
+    """The rule lines of the group that applies to `product_token`, else of the `*` group, else None.
+
+    RFC 9309 §2.2.1: the token is matched whole and case-insensitively (a group named by a mere prefix of it,
+    `host` for `hostring`, does not apply); groups naming the same agent are merged, their lines in file order.
+    An empty token means only the `*` group may apply.
     """
-    text = _cap_body(body).decode("utf-8-sig", errors="replace")
-    groups: Mapping[str, _Group] = Protego.parse(text)._user_agents
-    exact = groups.get(product_token.lower()) if product_token else None
-    return exact if exact is not None else groups.get("*")
+    groups: list[tuple[list[str], list[str]]] = []  # (lower-cased user-agent values, rule lines)
+    group: tuple[list[str], list[str]] | None = None
+    previous: str | None = None  # field of the last directive that is not site-wide ("" is a field too)
+    for raw in text.splitlines():
+        cut = raw.find("#")
+        line = (raw[:cut] if cut != -1 else raw).strip()
+        directive = _directive(line) if line else None
+        if directive is None:
+            continue
+        field, value = directive
+        if field in _USER_AGENT_FIELDS:
+            if previous is not None and previous not in _USER_AGENT_FIELDS:
+                group = None  # a user-agent line after rules starts a new group
+            previous = field
+            if value:
+                if group is None:
+                    group = ([], [])
+                    groups.append(group)
+                group[0].append(value.lower())
+        elif field not in _SITE_WIDE_FIELDS:
+            previous = field
+            if value and group is not None:
+                group[1].append(line)
+
+    def merged(applies: Callable[[str], bool]) -> list[str] | None:
+        chosen = [rules for names, rules in groups if any(applies(name) for name in names)]
+        return [line for rules in chosen for line in rules] if chosen else None
+
+    token = product_token.lower()
+    ours = merged(lambda name: _names_token(name, token)) if token else None
+    return ours if ours is not None else merged(lambda name: name == "*")
+
+
+class _Rules:
+    """The chosen group, handed to protego as the only group of a file (under `_AGENT`) and asked under it."""
+
+    __slots__ = ("_parser",)
+
+    def __init__(self, lines: list[str]) -> None:
+        self._parser = Protego.parse("\n".join([f"User-agent: {_AGENT}", *lines]))
+
+    def can_fetch(self, url: str) -> bool:
+        return bool(self._parser.can_fetch(url, _AGENT))
+
+    @property
+    def crawl_delay(self) -> float | None:
+        delay = self._parser.crawl_delay(_AGENT)
+        return None if delay is None else float(delay)
+
+
+def _select_group(body: bytes, product_token: str) -> _Group | None:
+    """Parse a (capped) body into the group for the whole product token, else `*`, else None (no rules)."""
+    lines = _group_lines(_cap_body(body).decode("utf-8-sig", errors="replace"), product_token)
+    return None if lines is None else _Rules(lines)
 
 
 def _is_robots_txt(url: str) -> bool:

@@ -1,0 +1,99 @@
+"""Items out of their host queues for a while: leased to a worker until a deadline, or waiting out a retry.
+
+Each table has a heap of (time, key, generation) beside it. Heap entries are never removed early: a renewal
+pushes a newer deadline and a settled lease leaves its entry behind, so a popped entry counts only when its
+item is still in the table with the same generation (and, for a lease, the same deadline).
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from frontier_node.core.records import Item
+
+
+class LeaseBook:
+    """Leased items by key with their deadlines, and retryable items by key with their due times."""
+
+    __slots__ = ("_deadlines", "_leased", "_retries", "_waiting")
+
+    def __init__(self) -> None:
+        self._leased: dict[str, Item] = {}
+        self._deadlines: list[tuple[float, str, int]] = []
+        self._waiting: dict[str, Item] = {}
+        self._retries: list[tuple[float, str, int]] = []
+
+    # ------------------------------------------------------------------ leases
+
+    def __len__(self) -> int:
+        """Items on lease."""
+        return len(self._leased)
+
+    def leased(self, key: str) -> Item | None:
+        return self._leased.get(key)
+
+    def lend(self, item: Item) -> None:
+        """`item` is out on lease until item.deadline."""
+        self._leased[item.key] = item
+        heapq.heappush(self._deadlines, (item.deadline, item.key, item.generation))
+
+    def extend(self, item: Item, deadline: float) -> None:
+        item.deadline = deadline
+        heapq.heappush(self._deadlines, (deadline, item.key, item.generation))
+
+    def settle(self, key: str) -> None:
+        del self._leased[key]
+
+    def pop_expired(self, now: float) -> Item | None:
+        """Take one lease whose deadline has passed (<= now) out of the table, or None when none has."""
+        deadlines, leased = self._deadlines, self._leased
+        while deadlines and deadlines[0][0] <= now:
+            _, key, generation = heapq.heappop(deadlines)
+            item = leased.get(key)
+            if item is None or item.generation != generation or item.deadline > now:
+                continue
+            del leased[key]
+            return item
+        return None
+
+    # ------------------------------------------------------------------ retries
+
+    def waiting(self, key: str) -> Item | None:
+        return self._waiting.get(key)
+
+    def wait(self, item: Item) -> None:
+        """`item` waits out a retry until item.due_at."""
+        self._waiting[item.key] = item
+        heapq.heappush(self._retries, (item.due_at, item.key, item.generation))
+
+    def pop_due(self, now: float) -> Item | None:
+        """Take one retry that is due (<= now) out of the table, or None when none is."""
+        retries, waiting = self._retries, self._waiting
+        while retries and retries[0][0] <= now:
+            _, key, generation = heapq.heappop(retries)
+            item = waiting.get(key)
+            if item is None or item.generation != generation:
+                continue
+            del waiting[key]
+            return item
+        return None
+
+    def take_waiting(self, host: str) -> list[Item]:
+        """Take every waiting retry of `host` out of the table (the host gave up)."""
+        items = [it for it in self._waiting.values() if it.host == host]
+        for item in items:
+            del self._waiting[item.key]
+        return items
+
+    # ------------------------------------------------------------------ both
+
+    def next_at(self) -> float | None:
+        """The earliest time on either heap (a stale entry may answer early: a wake-up too many, never one late)."""
+        times = [heap[0][0] for heap in (self._retries, self._deadlines) if heap]
+        return min(times) if times else None
+
+    def forget(self, domains: set[str]) -> None:
+        """Drop the leases and retries of `domains` (their heap entries go stale)."""
+        for table in (self._leased, self._waiting):
+            for key in [k for k, it in table.items() if it.domain in domains]:
+                del table[key]
