@@ -239,8 +239,14 @@ def node_config() -> FrontierConfig:
 
 def page_outcome(n: int, status: int = 200) -> Outcome:
     """A successful page fetch with a body digest and simhash of its own (so bodies are indexed, not deduped)."""
-    return Outcome(status=status, content_type="text/html", bytes=20_000, response_s=0.0,
-                   body_digest=f"sha256:{n:064x}", simhash=(n * 0x9E3779B97F4A7C15) & (2**64 - 1) or 1)
+    return Outcome(
+        status=status,
+        content_type="text/html",
+        bytes=20_000,
+        response_s=0.0,
+        body_digest=f"sha256:{n:064x}",
+        simhash=(n * 0x9E3779B97F4A7C15) & (2**64 - 1) or 1,
+    )
 
 
 ROBOTS_404 = Outcome(status=404)
@@ -272,7 +278,7 @@ class NodeProcess:
             f"127.0.0.1:{self.port}", options=[("grpc.max_receive_message_length", 64 * 2**20)]
         )
         grpc.channel_ready_future(self.channel).result(timeout=STARTUP_TIMEOUT_S)
-        self.stub = pb_grpc.FrontierStub(self.channel)
+        self.stub = pb_grpc.FrontierStub(self.channel)  # type: ignore[no-untyped-call]
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL if it does not go within 10 s; close the channel and files."""
@@ -392,8 +398,14 @@ def _complete_request(item: pb.LeaseItem, n: int) -> pb.CompleteRequest:
         outcome = pb.Outcome(status=404, retry_after_s=-1)
     else:
         o = page_outcome(n)
-        outcome = pb.Outcome(status=o.status, retry_after_s=-1, content_type=o.content_type, bytes=o.bytes,
-                             body_digest=o.body_digest, simhash=o.simhash)
+        outcome = pb.Outcome(
+            status=o.status,
+            retry_after_s=-1,
+            content_type=o.content_type,
+            bytes=o.bytes,
+            body_digest=o.body_digest,
+            simhash=o.simhash,
+        )
     return pb.CompleteRequest(lease_id=item.lease_id, generation=item.generation, outcome=outcome, worker_id="bench")
 
 
@@ -695,8 +707,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     parser.add_argument("--quick", action="store_true", help="a short run (smoke test): small stream, 100k URLs")
     parser.add_argument("--streams", type=int, default=None, help="client threads for the gRPC figures")
-    parser.add_argument("--py-spy", type=Path, default=None, metavar="DIR",
-                        help="record py-spy raw profiles of the node during the gRPC phases into DIR")
+    parser.add_argument(
+        "--py-spy",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="record py-spy raw profiles of the node during the gRPC phases into DIR",
+    )
     parser.add_argument("--ram-child", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--ram-hosts", type=int, default=Workload.ram_hosts, help=argparse.SUPPRESS)
     parser.add_argument("--ram-batch", type=int, default=Workload.ram_batch, help=argparse.SUPPRESS)

@@ -113,8 +113,14 @@ class Membership:
     that was paused (VM migration, SIGSTOP, a blocked loop) did not see heartbeats, which is not the nodes' fault.
     """
 
-    def __init__(self, clock: Clock, *, heartbeat_timeout_s: float = 10.0, backend: MembershipBackend,
-                 stall_after_s: float | None = None) -> None:
+    def __init__(
+        self,
+        clock: Clock,
+        *,
+        heartbeat_timeout_s: float = 10.0,
+        backend: MembershipBackend,
+        stall_after_s: float | None = None,
+    ) -> None:
         if heartbeat_timeout_s <= 0:
             raise ValueError("heartbeat_timeout_s must be > 0")
         self._clock = clock
@@ -144,8 +150,10 @@ class Membership:
     def statuses(self) -> list[MemberStatus]:
         """Every member with its last heartbeat; healthy means heard from within half the timeout."""
         now = self._clock.now()
-        return [MemberStatus(m, self._last_seen[m.node_id], now - self._last_seen[m.node_id] <= self._timeout / 2)
-                for m in self._ring.members.values()]
+        return [
+            MemberStatus(m, self._last_seen[m.node_id], now - self._last_seen[m.node_id] <= self._timeout / 2)
+            for m in self._ring.members.values()
+        ]
 
     def observe_epoch(self, epoch: int) -> None:
         """Note an epoch a client has seen: the next change goes above it, so epochs never go backwards for anyone

@@ -34,8 +34,9 @@ class CoordinatorCollector(Collector):
             if self._last.epoch:
                 self.handoffs += 1
                 if self.client is not None:
-                    domains = [d.decode() if isinstance(d, bytes) else str(d)
-                               for d in self.client.smembers(self.domains_key)]  # type: ignore[union-attr]
+                    domains = [
+                        d.decode() if isinstance(d, bytes) else str(d) for d in self.client.smembers(self.domains_key)
+                    ]
                     self.moved += len(self._last.moved(ring, domains))
             self._last = ring
 
@@ -48,8 +49,9 @@ class CoordinatorCollector(Collector):
         yield members
         yield GaugeMetricFamily("hostring_ring_epoch", "Current ring epoch", value=self.membership.epoch)
         yield CounterMetricFamily("hostring_handoffs", "Ring changes seen by this coordinator", value=self.handoffs)
-        yield CounterMetricFamily("hostring_domains_moved", "Domains whose owner changed across ring changes",
-                                  value=self.moved)
+        yield CounterMetricFamily(
+            "hostring_domains_moved", "Domains whose owner changed across ring changes", value=self.moved
+        )
 
 
 def coordinator_registry(membership: Membership, client: redis.Redis | None = None) -> CollectorRegistry:

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import grpc
 import redis
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_health.v1.health import aio as health_aio
+from grpc_health.v1.health import aio as health_aio  # type: ignore[attr-defined]
 from grpc_reflection.v1alpha import reflection
 
 from coordinator.membership import Membership, MembershipBackend, MemoryBackend, RedisBackend
@@ -88,9 +88,16 @@ class RunningCoordinator:
         await self.server.stop(grace)
 
 
-def start_coordinator(listen: str, redis_url: str | None = None, heartbeat_timeout_s: float = 10.0, *,
-                      namespace: str = "hostring", clock: Clock | None = None, tls: TlsConfig | None = None,
-                      admin_token: str | None = None) -> RunningCoordinator:
+def start_coordinator(
+    listen: str,
+    redis_url: str | None = None,
+    heartbeat_timeout_s: float = 10.0,
+    *,
+    namespace: str = "hostring",
+    clock: Clock | None = None,
+    tls: TlsConfig | None = None,
+    admin_token: str | None = None,
+) -> RunningCoordinator:
     """Serve the Coordinator service on `listen` (HOST:PORT, port 0 picks); membership in Redis if `redis_url`.
 
     Members loaded from Redis get one heartbeat timeout to be heard from again before they expire. `tls` secures
@@ -108,8 +115,12 @@ def start_coordinator(listen: str, redis_url: str | None = None, heartbeat_timeo
         client = redis.Redis.from_url(redis_url, socket_timeout=2.0, socket_connect_timeout=2.0)
         backend = RedisBackend(client, namespace)
     try:
-        membership = Membership(clock or WallClock(), heartbeat_timeout_s=heartbeat_timeout_s, backend=backend,
-                                stall_after_s=heartbeat_timeout_s / 2)
+        membership = Membership(
+            clock or WallClock(),
+            heartbeat_timeout_s=heartbeat_timeout_s,
+            backend=backend,
+            stall_after_s=heartbeat_timeout_s / 2,
+        )
     except Exception:
         if client is not None:
             client.close()
@@ -119,7 +130,8 @@ def start_coordinator(listen: str, redis_url: str | None = None, heartbeat_timeo
     thread.start()
     try:
         server, port, service, expiry, health = _run(
-            loop, _serve(listen, membership, heartbeat_timeout_s, tls, admin_token), timeout=10.0)
+            loop, _serve(listen, membership, heartbeat_timeout_s, tls, admin_token), timeout=10.0
+        )
     except BaseException:
         loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout=5.0)
@@ -128,19 +140,30 @@ def start_coordinator(listen: str, redis_url: str | None = None, heartbeat_timeo
             client.close()
         raise
     mode = "mutual TLS" if tls.mutual else "TLS" if tls.enabled else "plaintext"
-    log.info("coordinator serving on port %d (%s, membership changes %s) at epoch %d with %d members (%s)", port,
-             mode, "need the admin token" if admin_token else "open: no admin token set", membership.epoch,
-             len(membership.ring()), "redis" if redis_url else "in memory")
+    log.info(
+        "coordinator serving on port %d (%s, membership changes %s) at epoch %d with %d members (%s)",
+        port,
+        mode,
+        "need the admin token" if admin_token else "open: no admin token set",
+        membership.epoch,
+        len(membership.ring()),
+        "redis" if redis_url else "in memory",
+    )
     return RunningCoordinator(server, port, service, loop, thread, expiry, client, health)
 
 
-async def _serve(listen: str, membership: Membership, timeout_s: float, tls: TlsConfig, admin_token: str | None,
-                 ) -> tuple[grpc.aio.Server, int, CoordinatorService, asyncio.Task[None], health_aio.HealthServicer]:
+async def _serve(
+    listen: str,
+    membership: Membership,
+    timeout_s: float,
+    tls: TlsConfig,
+    admin_token: str | None,
+) -> tuple[grpc.aio.Server, int, CoordinatorService, asyncio.Task[None], health_aio.HealthServicer]:
     """Bind and start the server (Coordinator, health, reflection), and the expiry task, on the running loop."""
     service = CoordinatorService(membership)
     interceptors = [AioAdminTokenInterceptor(admin_token, COORDINATOR_ADMIN_METHODS)] if admin_token else []
     server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=interceptors)
-    pb_grpc.add_CoordinatorServicer_to_server(service, server)
+    pb_grpc.add_CoordinatorServicer_to_server(service, server)  # type: ignore[no-untyped-call]
     health = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     reflection.enable_server_reflection((_SERVICE, _HEALTH, reflection.SERVICE_NAME), server)

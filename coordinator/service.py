@@ -43,10 +43,13 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
         if not request.address:
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "address is required")
         m = self.membership
-        await self._mutate(context, lambda: m.register(request.node_id, request.address, request.weight or 1,
-                                                      known_epoch=request.known_epoch))
-        return pb.RegisterResponse(epoch=m.epoch, ring=self.state(),
-                                   heartbeat_timeout_ms=int(m.heartbeat_timeout_s * 1000))
+        await self._mutate(
+            context,
+            lambda: m.register(request.node_id, request.address, request.weight or 1, known_epoch=request.known_epoch),
+        )
+        return pb.RegisterResponse(
+            epoch=m.epoch, ring=self.state(), heartbeat_timeout_ms=int(m.heartbeat_timeout_s * 1000)
+        )
 
     async def Heartbeat(self, request: pb.HeartbeatRequest, context: Context) -> pb.HeartbeatResponse:
         ok = self.membership.heartbeat(request.node_id)
@@ -83,11 +86,19 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
 
     def state(self) -> pb.RingState:
         """The current epoch and members with their liveness."""
-        return pb.RingState(epoch=self.membership.epoch, members=[
-            pb.Member(node_id=s.member.node_id, address=s.member.address, weight=s.member.weight,
-                      healthy=s.healthy, last_seen_ms=int(s.last_seen * 1000))
-            for s in self.membership.statuses()
-        ])
+        return pb.RingState(
+            epoch=self.membership.epoch,
+            members=[
+                pb.Member(
+                    node_id=s.member.node_id,
+                    address=s.member.address,
+                    weight=s.member.weight,
+                    healthy=s.healthy,
+                    last_seen_ms=int(s.last_seen * 1000),
+                )
+                for s in self.membership.statuses()
+            ],
+        )
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -13,15 +13,25 @@ class WorkerMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
-        self.duration = Histogram("hostring_fetch_duration_seconds", "Whole fetch time, body included", registry=r,
-                                  buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60))
-        self.size = Histogram("hostring_fetch_bytes", "Decoded body bytes per fetch", registry=r,
-                              buckets=(1024, 8192, 32768, 131072, 524288, 2097152, 8388608, 33554432))
-        self.outcomes = Counter("hostring_fetch_outcomes", "Fetches by outcome (HTTP status class or error class)",
-                                ["outcome"], registry=r)
+        self.duration = Histogram(
+            "hostring_fetch_duration_seconds",
+            "Whole fetch time, body included",
+            registry=r,
+            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+        )
+        self.size = Histogram(
+            "hostring_fetch_bytes",
+            "Decoded body bytes per fetch",
+            registry=r,
+            buckets=(1024, 8192, 32768, 131072, 524288, 2097152, 8388608, 33554432),
+        )
+        self.outcomes = Counter(
+            "hostring_fetch_outcomes", "Fetches by outcome (HTTP status class or error class)", ["outcome"], registry=r
+        )
         self.in_flight = Gauge("hostring_fetches_in_flight", "Fetches under way", registry=r)
-        self.refused = Counter("hostring_refused_addresses", "Connections refused by the network policy",
-                               ["reason"], registry=r)
+        self.refused = Counter(
+            "hostring_refused_addresses", "Connections refused by the network policy", ["reason"], registry=r
+        )
 
     def observe(self, result: FetchResult) -> None:
         self.duration.observe(result.total_s)

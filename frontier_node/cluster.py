@@ -29,8 +29,13 @@ log = logging.getLogger("hostring.node")
 class Slice:
     """Ownership of one node at the newest ring it has seen, and the handoffs between rings."""
 
-    def __init__(self, node_id: str, store: RedisStore, lock: threading.Condition,
-                 on_ready: Callable[[bool], None] = lambda ready: None) -> None:
+    def __init__(
+        self,
+        node_id: str,
+        store: RedisStore,
+        lock: threading.Condition,
+        on_ready: Callable[[bool], None] = lambda ready: None,
+    ) -> None:
         self.node_id = node_id
         self.store = store
         self.lock = lock
@@ -68,8 +73,14 @@ class Slice:
         self.handoffs += 1
         self.moved_in += gained
         self.moved_out += len(lost)
-        log.info("ring epoch %d: %d members, released %d domains, adopted %d, in %.3fs", ring.epoch,
-                 len(ring.members), len(lost), gained, time.monotonic() - t0)
+        log.info(
+            "ring epoch %d: %d members, released %d domains, adopted %d, in %.3fs",
+            ring.epoch,
+            len(ring.members),
+            len(lost),
+            gained,
+            time.monotonic() - t0,
+        )
         self.on_ready(self.node_id in ring.members)
 
     def let_go(self, domains: Iterable[str]) -> None:

@@ -30,8 +30,11 @@ class NodeCollector(Collector):
         with self.lock:
             s = self.frontier.stats()
         verdicts, events, states, breaches = s.verdicts, s.events, s.urls_by_state, s.breaches
-        links = CounterMetricFamily("hostring_links_discovered", "Links answered by Discover, by verdict and reason",
-                                    labels=["verdict", "reason"])
+        links = CounterMetricFamily(
+            "hostring_links_discovered",
+            "Links answered by Discover, by verdict and reason",
+            labels=["verdict", "reason"],
+        )
         for (verdict, reason), n in sorted(verdicts.items()):
             links.add_metric([verdict, reason], n)
         yield links
@@ -43,8 +46,9 @@ class NodeCollector(Collector):
         for label, key in _LEASE_EVENTS.items():
             leases.add_metric([label], events.get(key, 0))
         yield leases
-        robots = CounterMetricFamily("hostring_robots_fetches", "robots.txt fetches by status class",
-                                     labels=["status_class"])
+        robots = CounterMetricFamily(
+            "hostring_robots_fetches", "robots.txt fetches by status class", labels=["status_class"]
+        )
         for key, n in sorted(events.items()):
             if key.startswith("robots_"):
                 robots.add_metric([key.removeprefix("robots_")], n)
@@ -53,12 +57,15 @@ class NodeCollector(Collector):
         for rule, n in sorted(breaches.items()):
             budget.add_metric([rule], n)
         yield budget
-        yield CounterMetricFamily("hostring_backoffs", "Times a host was backed off (429, 5xx, timeouts)",
-                                  value=events.get("backoff", 0))
-        yield GaugeMetricFamily("hostring_hosts_backed_off", "Hosts whose delay is multiplied by a backoff",
-                                value=s.hosts_backed_off)
-        yield GaugeMetricFamily("hostring_queue_depth", "Scheduled URLs (in RAM and in the store)",
-                                value=states.get("scheduled", 0))
+        yield CounterMetricFamily(
+            "hostring_backoffs", "Times a host was backed off (429, 5xx, timeouts)", value=events.get("backoff", 0)
+        )
+        yield GaugeMetricFamily(
+            "hostring_hosts_backed_off", "Hosts whose delay is multiplied by a backoff", value=s.hosts_backed_off
+        )
+        yield GaugeMetricFamily(
+            "hostring_queue_depth", "Scheduled URLs (in RAM and in the store)", value=states.get("scheduled", 0)
+        )
         yield GaugeMetricFamily("hostring_hosts_with_work", "Hosts with queued work", value=s.hosts_with_work)
         yield GaugeMetricFamily("hostring_hosts_ready", "Hosts that may be leased now", value=s.hosts_ready)
         yield GaugeMetricFamily("hostring_owned_domains", "Registrable domains this node holds", value=s.owned_domains)
@@ -77,9 +84,12 @@ class StoreTimer:
     """A histogram of store flush latency; `with timer:` around each flush."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.histogram = Histogram("hostring_store_latency_seconds", "Time to make a call's writes durable",
-                                   registry=registry,
-                                   buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0))
+        self.histogram = Histogram(
+            "hostring_store_latency_seconds",
+            "Time to make a call's writes durable",
+            registry=registry,
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+        )
         self._t0 = 0.0
 
     def __enter__(self) -> StoreTimer:

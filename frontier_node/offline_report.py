@@ -35,7 +35,7 @@ class StoreReadError(RuntimeError):
 def store_path(url: str) -> Path:
     """The file of a `sqlite:///PATH` store URL (a bare path is accepted too)."""
     if url.startswith("sqlite:///"):
-        return Path(url[len("sqlite:///"):])
+        return Path(url[len("sqlite:///") :])
     if "://" in url:
         raise StoreReadError(f"only sqlite:///PATH stores can be read offline, not {url!r}")
     return Path(url)
@@ -70,9 +70,12 @@ def store_report(path: Path, *, dispositions: bool = False) -> dict[str, Any]:
         run_row = con.execute("SELECT value FROM meta WHERE name = 'run_id'").fetchone()
         items = [_item(r) for r in con.execute(f"SELECT {', '.join(ITEM_COLUMNS)} FROM items ORDER BY rowid")]
         leases = Counter(dict(con.execute("SELECT key, COUNT(*) FROM journal WHERE event = 'lease' GROUP BY key")))
-        last = dict(con.execute(
-            "SELECT j.key, j.to_state FROM journal j JOIN (SELECT key, MAX(seq) AS seq FROM journal GROUP BY key) m "
-            "ON j.key = m.key AND j.seq = m.seq"))
+        last = dict(
+            con.execute(
+                "SELECT j.key, j.to_state FROM journal j "
+                "JOIN (SELECT key, MAX(seq) AS seq FROM journal GROUP BY key) m ON j.key = m.key AND j.seq = m.seq"
+            )
+        )
         entries = con.execute("SELECT COUNT(*) FROM journal").fetchone()[0]
         con.execute("COMMIT")
     except sqlite3.DatabaseError as e:

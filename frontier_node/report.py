@@ -46,9 +46,18 @@ def coverage_report(source: CoverageInput, *, dispositions: bool = False) -> dic
         if item.state not in TERMINAL or item.reason.startswith(UNRESOLVED_PREFIXES):
             unresolved.append({"url": item.url, "state": state, "reason": item.reason, "attempts": item.attempt})
         if dispositions:
-            rows.append({"key": item.key, "url": item.url, "state": state, "reason": item.reason,
-                         "attempts": item.attempt, "status": item.status, "depth": item.depth,
-                         "evidence": item.evidence})
+            rows.append(
+                {
+                    "key": item.key,
+                    "url": item.url,
+                    "state": state,
+                    "reason": item.reason,
+                    "attempts": item.attempt,
+                    "status": item.status,
+                    "depth": item.depth,
+                    "evidence": item.evidence,
+                }
+            )
     admitted = sum(n for s, n in by_state.items() if s != State.REJECTED.value)
     report: dict[str, Any] = {
         "run_id": source.run_id,

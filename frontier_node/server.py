@@ -22,6 +22,7 @@ from grpc_reflection.v1alpha import reflection
 
 from frontier_node.core.config import FrontierConfig
 from frontier_node.core.frontier import Frontier
+from frontier_node.core.ports import Store
 from frontier_node.metrics import StoreTimer, node_registry
 from frontier_node.service import FrontierService
 from frontier_node.store.open import open_store
@@ -99,6 +100,7 @@ def start_node(
         tls.server_credentials()  # refuse a CA without a certificate before anything is opened
     cond = threading.Condition()
     clustered = bool(coordinator)
+    store: Store
     slice_: Slice | None = None
     if clustered:
         if not store_url.startswith(("redis://", "rediss://")):
@@ -156,10 +158,17 @@ def start_node(
         address = advertise or f"127.0.0.1:{port}"
         from hostring.membership import NodeMembership
 
-        membership = NodeMembership(coordinator, node_id, address, weight, on_ring=slice_.apply, tls=tls,
-                                    admin_token=admin_token).start()
-    log.info("node %s serving on port %d (%s), store %s, run %s", node_id, port, _transport(tls, admin_token),
-             store_url, frontier.run_id)
+        membership = NodeMembership(
+            coordinator, node_id, address, weight, on_ring=slice_.apply, tls=tls, admin_token=admin_token
+        ).start()
+    log.info(
+        "node %s serving on port %d (%s), store %s, run %s",
+        node_id,
+        port,
+        _transport(tls, admin_token),
+        store_url,
+        frontier.run_id,
+    )
     return RunningNode(server, service, port, health_servicer, stop, membership, slice_, metrics_port)
 
 

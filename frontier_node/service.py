@@ -13,11 +13,11 @@ import grpc
 
 from frontier_node.core.frontier import Frontier, LeaseError
 from frontier_node.core.ports import Fenced
-from frontier_node.core.records import Item, key_domain
+from frontier_node.core.records import Item, Kind
 from frontier_node.core.views import HostView
 from frontier_node.metrics import StoreTimer
 from frontier_node.report import coverage_report
-from hostring.urls import UrlRejected, identify
+from hostring.urls import UrlRejected, domain_of, identify
 from hostring.v1 import frontier_pb2 as pb
 from hostring.v1 import frontier_pb2_grpc as pb_grpc
 
@@ -150,7 +150,7 @@ class FrontierService(pb_grpc.FrontierServicer):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "lease_id is required")
         domain = self.frontier.leased_domain(request.lease_id)
         if domain is None:
-            domain = key_domain(request.lease_id)
+            domain = domain_of(request.lease_id)
         if not self.frontier.owns(domain):
             return pb.CompleteResponse(accepted=False, wrong_owner=True, reason="wrong_owner"), domain
         done = self.frontier.complete(request.lease_id, request.generation, request.outcome, request.links)
@@ -160,7 +160,7 @@ class FrontierService(pb_grpc.FrontierServicer):
             follow_links=done.follow_links,
             reason=done.reason,
             admitted=done.admitted,
-            forward=done.forward,
+            forward=[link for link in done.forward if isinstance(link, pb.Link)],
         )
         return resp, domain
 
@@ -177,7 +177,7 @@ class FrontierService(pb_grpc.FrontierServicer):
                 resp.Clear()
                 resp.wrong_owner, resp.reason = True, "wrong_owner"
             elif resp.follow_links:
-                resp.forward.extend(link for link in request.links if _link_domain(link) in fenced)
+                resp.forward.extend(link for link in request.links if domain_of(link.observed, link.base_url) in fenced)
 
     def _wake_leases(self) -> None:
         """Wake Lease calls waiting for work, if any wait (notify_all on every call is measurable)."""
@@ -300,11 +300,6 @@ def _host_info(host: HostView) -> pb.HostInfo:
         fetched=host.fetched,
         errors=host.errors,
     )
-def _link_domain(link: pb.Link) -> str:
-    try:
-        return identify(link.observed, link.base_url).domain
-    except UrlRejected:
-        return ""
 
 
 def _lease_item(item: Item) -> pb.LeaseItem:
@@ -314,7 +309,7 @@ def _lease_item(item: Item) -> pb.LeaseItem:
         deadline_ms=int(item.deadline * 1000),
         fetch_key=item.key,
         url=item.url,
-        kind=int(item.kind),
+        kind=pb.ROBOTS if item.kind is Kind.ROBOTS else pb.PAGE,
         etag=item.etag,
         last_modified=item.last_modified,
         depth=item.depth,

@@ -63,8 +63,14 @@ class NodeClients:
     process's TlsConfig), else plaintext: a worker reaches the nodes exactly as it reaches the coordinator.
     """
 
-    def __init__(self, router: Router, *, worker_id: str, channel_options: Sequence[tuple[str, object]] = (),
-                 tls: TlsConfig | None = None) -> None:
+    def __init__(
+        self,
+        router: Router,
+        *,
+        worker_id: str,
+        channel_options: Sequence[tuple[str, object]] = (),
+        tls: TlsConfig | None = None,
+    ) -> None:
         self.router = router
         self.worker_id = worker_id
         self.tls: TlsConfig = tls or getattr(router, "tls", None) or INSECURE

@@ -84,8 +84,13 @@ def resolve_format(fmt: str, stream: TextIO | None = None) -> str:
         return "json"
 
 
-def setup_logging(level: str | int = "INFO", json: bool = False, run_id_getter: Callable[[], str] | None = None,
-                  *, stream: TextIO | None = None) -> None:
+def setup_logging(
+    level: str | int = "INFO",
+    json: bool = False,
+    run_id_getter: Callable[[], str] | None = None,
+    *,
+    stream: TextIO | None = None,
+) -> None:
     """Configure the root logger once for the process (replacing any handlers), and quiet the HTTP client's logs."""
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(JsonFormatter() if json else logging.Formatter(TEXT_FORMAT))

@@ -65,9 +65,19 @@ class NodeMembership:
     while it runs are coalesced into the newest).
     """
 
-    def __init__(self, coordinator_addr: str, node_id: str, address: str, weight: int = 1, *,
-                 heartbeat_s: float = 2.0, on_ring: Callable[[Ring], None] | None = None,
-                 rpc_timeout_s: float = 5.0, tls: TlsConfig | None = None, admin_token: str | None = None) -> None:
+    def __init__(
+        self,
+        coordinator_addr: str,
+        node_id: str,
+        address: str,
+        weight: int = 1,
+        *,
+        heartbeat_s: float = 2.0,
+        on_ring: Callable[[Ring], None] | None = None,
+        rpc_timeout_s: float = 5.0,
+        tls: TlsConfig | None = None,
+        admin_token: str | None = None,
+    ) -> None:
         """`tls` secures the channel to the coordinator; `admin_token` is sent with Register and Leave."""
         Member(node_id, address, weight)  # validate early, in the caller's thread
         self.coordinator_addr = coordinator_addr
@@ -81,8 +91,8 @@ class NodeMembership:
         self._stub = pb_grpc.CoordinatorStub(self._channel)  # type: ignore[no-untyped-call]
         self._stop = threading.Event()
         self._cond = threading.Condition()
-        self._latest = EMPTY_RING      # newest ring received
-        self._delivered = EMPTY_RING   # newest ring handed to on_ring
+        self._latest = EMPTY_RING  # newest ring received
+        self._delivered = EMPTY_RING  # newest ring handed to on_ring
         self._registered = False
         self._watch_call: Any = None
         self._threads: dict[str, threading.Thread] = {}
@@ -93,8 +103,11 @@ class NodeMembership:
         """Start the threads; returns at once (see `wait_ring`)."""
         if self._threads:
             raise RuntimeError("already started")
-        for name, target in (("heartbeat", self._heartbeat_loop), ("watch", self._watch_loop),
-                             ("deliver", self._deliver_loop)):
+        for name, target in (
+            ("heartbeat", self._heartbeat_loop),
+            ("watch", self._watch_loop),
+            ("deliver", self._deliver_loop),
+        ):
             t = threading.Thread(target=target, name=f"membership-{name}-{self.node_id}", daemon=True)
             self._threads[name] = t
             t.start()
@@ -137,8 +150,7 @@ class NodeMembership:
             heartbeat.join(self._rpc_timeout + 1.0)
         if leave and self._registered:
             try:
-                self._stub.Leave(pb.LeaveRequest(node_id=self.node_id), timeout=self._rpc_timeout,
-                                 metadata=self._admin)
+                self._stub.Leave(pb.LeaveRequest(node_id=self.node_id), timeout=self._rpc_timeout, metadata=self._admin)
                 self._registered = False
             except grpc.RpcError as e:
                 log.warning("%s: leave failed (%s); the coordinator will expire it", self.node_id, _code(e))
@@ -172,15 +184,17 @@ class NodeMembership:
                 if not self._registered:
                     self._register()
                 else:
-                    resp = self._stub.Heartbeat(pb.HeartbeatRequest(node_id=self.node_id), wait_for_ready=True,
-                                                timeout=max(0.1, min(self._rpc_timeout, self._interval * 1.5)))
+                    resp = self._stub.Heartbeat(
+                        pb.HeartbeatRequest(node_id=self.node_id),
+                        wait_for_ready=True,
+                        timeout=max(0.1, min(self._rpc_timeout, self._interval * 1.5)),
+                    )
                     if not resp.ok:
                         log.warning("%s: the coordinator does not know this node; registering again", self.node_id)
                         self._registered = False
                         continue
                     if resp.epoch > self._latest.epoch:
-                        self._offer(ring_from_proto(self._stub.GetRing(pb.GetRingRequest(),
-                                                                       timeout=self._rpc_timeout)))
+                        self._offer(ring_from_proto(self._stub.GetRing(pb.GetRingRequest(), timeout=self._rpc_timeout)))
                 backoff.reset()
                 wait = self._interval
             except grpc.RpcError as e:
@@ -193,9 +207,13 @@ class NodeMembership:
 
     def _register(self) -> None:
         resp = self._stub.Register(
-            pb.RegisterRequest(node_id=self.node_id, address=self.address, weight=self.weight,
-                               known_epoch=self._latest.epoch),
-            wait_for_ready=True, timeout=self._rpc_timeout, metadata=self._admin)
+            pb.RegisterRequest(
+                node_id=self.node_id, address=self.address, weight=self.weight, known_epoch=self._latest.epoch
+            ),
+            wait_for_ready=True,
+            timeout=self._rpc_timeout,
+            metadata=self._admin,
+        )
         if resp.heartbeat_timeout_ms:
             self._interval = min(self._heartbeat_s, resp.heartbeat_timeout_ms / 3000)
         self._registered = True
@@ -247,8 +265,14 @@ class RingWatcher:
     owner's address, `refresh()` re-reads the ring after a wrong-owner answer.
     """
 
-    def __init__(self, coordinator_addr: str, *, on_ring: Callable[[Ring], None] | None = None,
-                 rpc_timeout_s: float = 5.0, tls: TlsConfig | None = None) -> None:
+    def __init__(
+        self,
+        coordinator_addr: str,
+        *,
+        on_ring: Callable[[Ring], None] | None = None,
+        rpc_timeout_s: float = 5.0,
+        tls: TlsConfig | None = None,
+    ) -> None:
         """`tls` secures the channel to the coordinator, and (as `.tls`) the workers' channels to the nodes."""
         self.coordinator_addr = coordinator_addr
         self.tls = tls or INSECURE
@@ -284,8 +308,9 @@ class RingWatcher:
         """Read the ring from the coordinator now (after a wrong-owner answer); returns the newest ring known."""
         if self._stub is None:
             raise RuntimeError("start() first")
-        state = await self._stub.GetRing(pb.GetRingRequest(), wait_for_ready=True,
-                                         timeout=timeout if timeout is not None else self._rpc_timeout)
+        state = await self._stub.GetRing(
+            pb.GetRingRequest(), wait_for_ready=True, timeout=timeout if timeout is not None else self._rpc_timeout
+        )
         await self._offer(ring_from_proto(state))
         return self._ring
 

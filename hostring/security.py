@@ -78,8 +78,9 @@ class TlsConfig:
     @classmethod
     def from_args(cls, args: object) -> TlsConfig:
         """From parsed `--tls-cert/--tls-key/--tls-ca` flags (attributes missing on `args` count as not given)."""
-        return cls.from_files(getattr(args, "tls_cert", None), getattr(args, "tls_key", None),
-                              getattr(args, "tls_ca", None))
+        return cls.from_files(
+            getattr(args, "tls_cert", None), getattr(args, "tls_key", None), getattr(args, "tls_ca", None)
+        )
 
     @property
     def enabled(self) -> bool:
@@ -97,8 +98,9 @@ class TlsConfig:
         """TLS credentials for a server: its certificate, and client verification against the CA if one is given."""
         if self.cert is None or self.key is None:
             raise SecurityConfigError("a TLS server needs --tls-cert and --tls-key (--tls-ca adds client verification)")
-        return grpc.ssl_server_credentials([(self.key, self.cert)], root_certificates=self.ca,
-                                           require_client_auth=self.ca is not None)
+        return grpc.ssl_server_credentials(
+            [(self.key, self.cert)], root_certificates=self.ca, require_client_auth=self.ca is not None
+        )
 
     def add_port(self, server: grpc.Server | grpc.aio.Server, listen: str) -> int:
         """Bind `listen` on `server`, with TLS when configured; the bound port (0 when binding failed)."""
@@ -110,8 +112,9 @@ class TlsConfig:
 
     def channel_credentials(self) -> grpc.ChannelCredentials:
         """Credentials for a client: trust the CA (or the system roots), present our certificate if we have one."""
-        return grpc.ssl_channel_credentials(root_certificates=self.ca, private_key=self.key,
-                                            certificate_chain=self.cert)
+        return grpc.ssl_channel_credentials(
+            root_certificates=self.ca, private_key=self.key, certificate_chain=self.cert
+        )
 
     def channel(self, address: str, options: ChannelOptions = ()) -> grpc.Channel:
         """A blocking-API channel to `address`, secure when configured."""
@@ -160,8 +163,10 @@ def _refusal(metadata: Sequence[tuple[str, str | bytes]] | None, token: str, met
             given = value.decode("latin-1") if isinstance(value, bytes) else value
             break
     if not given:
-        return (f"{method} is an administrative call: send metadata 'authorization: Bearer <token>' with the "
-                f"server's admin token (${ADMIN_TOKEN_ENV} or --admin-token-file)")
+        return (
+            f"{method} is an administrative call: send metadata 'authorization: Bearer <token>' with the "
+            f"server's admin token (${ADMIN_TOKEN_ENV} or --admin-token-file)"
+        )
     scheme, _, presented = given.strip().partition(" ")
     if scheme.lower() != "bearer" or not hmac.compare_digest(presented.strip().encode(), token.encode()):
         return f"{method}: wrong admin token"
@@ -181,8 +186,9 @@ class AdminTokenInterceptor(_SyncInterceptor):
         self._token = token
         self._methods = frozenset(methods)
 
-    def intercept_service(self, continuation: Callable[[grpc.HandlerCallDetails], Handler | None],
-                          details: grpc.HandlerCallDetails) -> Handler | None:
+    def intercept_service(
+        self, continuation: Callable[[grpc.HandlerCallDetails], Handler | None], details: grpc.HandlerCallDetails
+    ) -> Handler | None:
         method: str = details.method
         if method not in self._methods:
             return continuation(details)
@@ -205,7 +211,8 @@ class AioAdminTokenInterceptor(_AioInterceptor):
         self._methods = frozenset(methods)
 
     async def intercept_service(
-        self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Handler]],
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Handler]],
         details: grpc.HandlerCallDetails,
     ) -> Handler:
         method: str = details.method

@@ -211,9 +211,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
     except ModuleNotFoundError as e:  # an install without the test web (the container image): one line, no traceback
         if (e.name or "").partition(".")[0] != "hostring_testing":
             raise
-        print("hostring: demo needs the loopback test web (package hostring_testing), which this install leaves out "
-              "(the container image ships no test support); run it from a source checkout: pip install -e .",
-              file=sys.stderr)
+        print(
+            "hostring: demo needs the loopback test web (package hostring_testing), which this install leaves out "
+            "(the container image ships no test support); run it from a source checkout: pip install -e .",
+            file=sys.stderr,
+        )
         return 2
     return run_demo(out=args.out, delay=args.delay)
 
@@ -236,7 +238,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         options = [("grpc.max_receive_message_length", _MAX_REPORT_BYTES)]
         with tls_from(args).channel(args.node, options) as channel:
             resp = pb_grpc.FrontierStub(channel).Report(  # type: ignore[no-untyped-call]
-                pb.ReportRequest(dispositions=args.dispositions), timeout=args.timeout)
+                pb.ReportRequest(dispositions=args.dispositions), timeout=args.timeout
+            )
         report = json.loads(resp.json)
     if args.json or args.dispositions:
         json.dump(report, sys.stdout, indent=2, sort_keys=True)
@@ -342,8 +345,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="fetches in flight at once across hosts (default: %(default)s)",
     )
     crawl.add_argument("--no-progress", action="store_true", help="no live progress line")
-    crawl.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
-                       help="serve the worker's Prometheus /metrics on PORT and the node's on PORT+1")
+    crawl.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="serve the worker's Prometheus /metrics on PORT and the node's on PORT+1",
+    )
     crawl.add_argument(
         "--fetch-timeout",
         type=float,
@@ -388,12 +396,18 @@ def build_parser() -> argparse.ArgumentParser:
         "A summary by default; --json for the whole report, --dispositions adds every identity's row.",
     )
     source = report.add_mutually_exclusive_group()
-    source.add_argument("--node", default="127.0.0.1:50051", metavar="HOST:PORT",
-                        help="a running node (default: %(default)s)")
-    source.add_argument("--store", metavar="sqlite:///PATH", help="a crawl's store, e.g. sqlite:///OUT/frontier.sqlite3")
+    source.add_argument(
+        "--node", default="127.0.0.1:50051", metavar="HOST:PORT", help="a running node (default: %(default)s)"
+    )
+    source.add_argument(
+        "--store", metavar="sqlite:///PATH", help="a crawl's store, e.g. sqlite:///OUT/frontier.sqlite3"
+    )
     report.add_argument("--json", action="store_true", help="the whole report as JSON instead of a summary")
-    report.add_argument("--dispositions", action="store_true",
-                        help="JSON with one row per admitted identity as well (state, reason, attempts; large)")
+    report.add_argument(
+        "--dispositions",
+        action="store_true",
+        help="JSON with one row per admitted identity as well (state, reason, attempts; large)",
+    )
     report.add_argument("--timeout", type=float, default=30.0)
     add_tls_flags(report, server=False)
     report.set_defaults(func=cmd_report)

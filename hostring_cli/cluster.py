@@ -33,24 +33,39 @@ def add_tls_flags(p: argparse.ArgumentParser, *, server: bool) -> None:
     """--tls-cert/--tls-key/--tls-ca, worded for a server (which also dials out) or a client only."""
     g = p.add_argument_group("TLS (all three are PEM files; without them gRPC is plaintext)")
     if server:
-        g.add_argument("--tls-cert", metavar="PEM", help="this process's certificate chain: serve TLS, and present "
-                       "it to the coordinator/nodes it connects to")
+        g.add_argument(
+            "--tls-cert",
+            metavar="PEM",
+            help="this process's certificate chain: serve TLS, and present it to the coordinator/nodes it connects to",
+        )
         g.add_argument("--tls-key", metavar="PEM", help="the private key of --tls-cert")
-        g.add_argument("--tls-ca", metavar="PEM", help="CA bundle: verify servers, and require and verify client "
-                       "certificates (mutual TLS)")
+        g.add_argument(
+            "--tls-ca",
+            metavar="PEM",
+            help="CA bundle: verify servers, and require and verify client certificates (mutual TLS)",
+        )
     else:
         g.add_argument("--tls-cert", metavar="PEM", help="client certificate chain (for servers that use mutual TLS)")
         g.add_argument("--tls-key", metavar="PEM", help="the private key of --tls-cert")
-        g.add_argument("--tls-ca", metavar="PEM", help="CA bundle that signed the servers' certificates "
-                       "(default: the system's roots)")
+        g.add_argument(
+            "--tls-ca",
+            metavar="PEM",
+            help="CA bundle that signed the servers' certificates (default: the system's roots)",
+        )
 
 
 def add_token_flag(p: argparse.ArgumentParser, *, server: bool) -> None:
     """--admin-token-file: the token a server checks on administrative calls, or the one a client sends."""
-    what = ("require this bearer token on administrative calls (and send it to the coordinator)" if server
-            else "send this bearer token on administrative calls")
-    p.add_argument("--admin-token-file", metavar="PATH",
-                   help=f"{what}; default: $HOSTRING_ADMIN_TOKEN. Without a token administrative calls are open.")
+    what = (
+        "require this bearer token on administrative calls (and send it to the coordinator)"
+        if server
+        else "send this bearer token on administrative calls"
+    )
+    p.add_argument(
+        "--admin-token-file",
+        metavar="PATH",
+        help=f"{what}; default: $HOSTRING_ADMIN_TOKEN. Without a token administrative calls are open.",
+    )
 
 
 def tls_from(args: argparse.Namespace) -> TlsConfig:
@@ -77,15 +92,21 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
 
     tls = tls_from(args)
     logs.bind(role="coordinator")
-    coord = start_coordinator(args.listen, redis_url=args.redis or None, heartbeat_timeout_s=args.heartbeat_timeout,
-                              tls=tls, admin_token=token_from(args))
+    coord = start_coordinator(
+        args.listen,
+        redis_url=args.redis or None,
+        heartbeat_timeout_s=args.heartbeat_timeout,
+        tls=tls,
+        admin_token=token_from(args),
+    )
     metrics = ""
     if args.metrics_port is not None:
         from coordinator.metrics import coordinator_registry
         from hostring.metrics import serve_metrics
 
-        bound = serve_metrics(args.metrics_port, coordinator_registry(coord.service.membership, coord.redis_client),
-                              args.listen)
+        bound = serve_metrics(
+            args.metrics_port, coordinator_registry(coord.service.membership, coord.redis_client), args.listen
+        )
         metrics = f", metrics on port {bound}"
     print(
         f"hostring coordinator listening on port {coord.port}"
@@ -119,8 +140,15 @@ def cmd_worker(args: argparse.Namespace) -> int:
         warc = WarcWriter(Path(args.out), prefix=f"hostring-{args.id or 'worker'}") if args.out else None
         token = args.user_agent.split("/")[0].split()[0]
         metrics = WorkerMetrics() if args.metrics_port is not None else None
-        worker = Worker(watcher, fetcher, warc=warc, worker_id=args.id, max_in_flight=args.fetchers,
-                        product_token=token, metrics=metrics)
+        worker = Worker(
+            watcher,
+            fetcher,
+            warc=warc,
+            worker_id=args.id,
+            max_in_flight=args.fetchers,
+            product_token=token,
+            metrics=metrics,
+        )
         logs.bind(role="worker", worker=worker.worker_id)
         announce = ""
         if metrics is not None:
@@ -145,7 +173,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 def _ring(coordinator: str, timeout: float, tls: TlsConfig) -> cpb.RingState:
     with tls.channel(coordinator) as channel:
-        return cpb_grpc.CoordinatorStub(channel).GetRing(cpb.GetRingRequest(), timeout=timeout)  # type: ignore[no-untyped-call]
+        ring: cpb.RingState = cpb_grpc.CoordinatorStub(channel).GetRing(cpb.GetRingRequest(), timeout=timeout)  # type: ignore[no-untyped-call]
+        return ring
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -166,7 +195,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                 fetched=dict(s.urls_by_state).get("fetched", 0),
             )
         except grpc.RpcError as e:
-            row["error"] = e.code().name  # type: ignore[attr-defined]
+            row["error"] = e.code().name
         rows.append(row)
     if args.json:
         json.dump({"ring_epoch": ring.epoch, "nodes": rows}, sys.stdout, indent=2)
@@ -276,13 +305,17 @@ def print_hosts(rows: list[dict[str, Any]], *, with_node: bool) -> None:
     """The host table of `hostring hosts list`."""
     width = max([len("host"), *(len(r["host"]) for r in rows)])
     node = f" {'node':<21}" if with_node else ""
-    print(f"{'host':<{width}}{node} {'queued':>7} {'flight':>6} {'conc':>4} {'delay s':>7} {'backoff':>7} "
-          f"{'next s':>7} {'paused':>6} {'fetched':>7} {'errors':>6}")
+    print(
+        f"{'host':<{width}}{node} {'queued':>7} {'flight':>6} {'conc':>4} {'delay s':>7} {'backoff':>7} "
+        f"{'next s':>7} {'paused':>6} {'fetched':>7} {'errors':>6}"
+    )
     for r in rows:
         node = f" {r['node']:<21}" if with_node else ""
-        print(f"{r['host']:<{width}}{node} {r['queued']:>7} {r['in_flight']:>6} {r['concurrency']:>4} "
-              f"{r['delay_s']:>7.2f} {r['backoff']:>7.2f} {_fmt_next(r['next_eligible_s']):>7} "
-              f"{'yes' if r['paused'] else 'no':>6} {r['fetched']:>7} {r['errors']:>6}")
+        print(
+            f"{r['host']:<{width}}{node} {r['queued']:>7} {r['in_flight']:>6} {r['concurrency']:>4} "
+            f"{r['delay_s']:>7.2f} {r['backoff']:>7.2f} {_fmt_next(r['next_eligible_s']):>7} "
+            f"{'yes' if r['paused'] else 'no':>6} {r['fetched']:>7} {r['errors']:>6}"
+        )
 
 
 def print_host(r: dict[str, Any]) -> None:
@@ -318,8 +351,9 @@ def cmd_hosts_list(args: argparse.Namespace) -> int:
     rows: list[dict[str, Any]] = []
     for address in _node_for(args, tls, None):
         with _frontier(tls, address) as stub:
-            resp = stub.ListHosts(pb.ListHostsRequest(limit=args.limit, only_with_work=args.with_work),
-                                  timeout=args.timeout)
+            resp = stub.ListHosts(
+                pb.ListHostsRequest(limit=args.limit, only_with_work=args.with_work), timeout=args.timeout
+            )
             rows += [_host_row(h, address) for h in resp.hosts]
     rows.sort(key=lambda r: (-r["queued"], r["host"]))
     rows = rows[: args.limit]
@@ -408,16 +442,21 @@ def _add_hosts_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     common(show)
     show.set_defaults(func=cmd_hosts_show)
 
-    for verb, func, text in (("pause", cmd_hosts_pause, "stop leasing URLs of HOST (admin)"),
-                             ("resume", cmd_hosts_resume, "lease URLs of a paused HOST again (admin)")):
+    for verb, func, text in (
+        ("pause", cmd_hosts_pause, "stop leasing URLs of HOST (admin)"),
+        ("resume", cmd_hosts_resume, "lease URLs of a paused HOST again (admin)"),
+    ):
         p = verbs.add_parser(verb, help=text, description=text[0].upper() + text[1:] + ".")
         p.add_argument("host", metavar="HOST")
         common(p, admin=True)
         p.set_defaults(func=func)
 
-    pol = verbs.add_parser("policy", help="set HOST's minimum delay and/or concurrency (admin)",
-                           description="Set HOST's politeness: minimum seconds between requests and requests in "
-                           "flight. Flags not given stay as they are.")
+    pol = verbs.add_parser(
+        "policy",
+        help="set HOST's minimum delay and/or concurrency (admin)",
+        description="Set HOST's politeness: minimum seconds between requests and requests in "
+        "flight. Flags not given stay as they are.",
+    )
     pol.add_argument("host", metavar="HOST")
     pol.add_argument("--delay", type=float, default=None, metavar="S", help="minimum seconds between two requests")
     pol.add_argument("--concurrency", type=int, default=None, metavar="N", help="requests in flight at once")
@@ -480,16 +519,22 @@ def add_cluster_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser
     add_tls_flags(w, server=False)
     w.set_defaults(func=cmd_worker)
 
-    s = sub.add_parser("status", help="ring epoch, nodes, owned domains, queue depths, leases in flight",
-                       description="Ask the coordinator for the ring and every node for its numbers; a table.")
+    s = sub.add_parser(
+        "status",
+        help="ring epoch, nodes, owned domains, queue depths, leases in flight",
+        description="Ask the coordinator for the ring and every node for its numbers; a table.",
+    )
     s.add_argument("--coordinator", required=True, metavar="ADDR")
     s.add_argument("--json", action="store_true", help="JSON instead of a table")
     s.add_argument("--timeout", type=float, default=10.0)
     add_tls_flags(s, server=False)
     s.set_defaults(func=cmd_status)
 
-    sd = sub.add_parser("seed", help="seed a running cluster: each URL goes to the node owning its domain",
-                        description="Send start URLs to the nodes owning their registrable domains.")
+    sd = sub.add_parser(
+        "seed",
+        help="seed a running cluster: each URL goes to the node owning its domain",
+        description="Send start URLs to the nodes owning their registrable domains.",
+    )
     sd.add_argument("urls", nargs="*", metavar="URL")
     sd.add_argument("--coordinator", required=True, metavar="ADDR")
     sd.add_argument("--file", metavar="F", help="URLs, one per line")

@@ -198,7 +198,7 @@ def summarize(report: dict[str, Any]) -> str:
 async def _crawl(opts: CrawlOptions, address: str, stop: asyncio.Event, out: TextIO) -> dict[str, Any] | None:
     """Seed the node, run the worker until the node drains (or stop is set), and fetch the report."""
     channel = grpc.aio.insecure_channel(address)
-    stub = pb_grpc.FrontierStub(channel)
+    stub = pb_grpc.FrontierStub(channel)  # type: ignore[no-untyped-call]
     await stub.Discover(pb.DiscoverRequest(links=[pb.Link(observed=s, seed=True) for s in opts.seeds]), timeout=30)
     limits = FetchLimits(
         total_timeout_s=opts.total_timeout_s,
@@ -239,10 +239,10 @@ async def _crawl(opts: CrawlOptions, address: str, stop: asyncio.Event, out: Tex
         progress.close()
         await worker.close()
     if stop.is_set():
-        await channel.close()
+        await channel.close(None)
         return None
     report: dict[str, Any] = json.loads((await stub.Report(pb.ReportRequest(dispositions=True), timeout=300)).json)
-    await channel.close()
+    await channel.close(None)
     return report
 
 

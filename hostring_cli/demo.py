@@ -25,8 +25,14 @@ def run_demo(out: str = "", delay: float = 0.2, stream: TextIO = sys.stdout) -> 
         scope_file.write_text("\n".join(hosts) + "\n", encoding="utf-8")
         print(f"sample web: {', '.join(f'{label} {origin}' for label, origin in web.origins.items())}", file=stream)
         opts = CrawlOptions(
-            seeds=oracle.seed_urls(web), out=out_dir / "crawl", scope="list", scope_file=scope_file,
-            allow_network=["127.0.0.0/8"], delay=delay, user_agent=DEMO_USER_AGENT, max_pages_per_host=60,
+            seeds=oracle.seed_urls(web),
+            out=out_dir / "crawl",
+            scope="list",
+            scope_file=scope_file,
+            allow_network=["127.0.0.0/8"],
+            delay=delay,
+            user_agent=DEMO_USER_AGENT,
+            max_pages_per_host=60,
             max_depth=12,
         )
         code = run_crawl(opts, stream)
@@ -38,8 +44,11 @@ def run_demo(out: str = "", delay: float = 0.2, stream: TextIO = sys.stdout) -> 
         dups = web.duplicates()
         worst = max(web.max_concurrency(o) for o in web.origins.values())
         print("\nwhat the web servers saw:", file=stream)
-        print(f"  requests {len(web.hits)}, pages a correct crawler fetches {len(oracle.reachable_allowed)}, "
-              f"missed {len(missing)}, robots-forbidden fetched {len(forbidden)}, fetched twice {len(dups)}, "
-              f"most requests at once on one origin {worst}", file=stream)
+        print(
+            f"  requests {len(web.hits)}, pages a correct crawler fetches {len(oracle.reachable_allowed)}, "
+            f"missed {len(missing)}, robots-forbidden fetched {len(forbidden)}, fetched twice {len(dups)}, "
+            f"most requests at once on one origin {worst}",
+            file=stream,
+        )
         print(f"  server log: {out_dir / 'server-log.jsonl'}", file=stream)
         return 0 if not missing and not forbidden and not dups and worst <= 1 else 1

@@ -100,6 +100,7 @@ class Cluster:
     def close(self) -> None:
         """Kill every process started here (workers, then nodes, then the coordinator), by process group, and
         close the channels."""
+
         def rank(name: str) -> int:
             return 0 if name.startswith("w") else 2 if name == "coordinator" else 1
 
@@ -313,4 +314,3 @@ def wait_for(predicate: Callable[[], bool], timeout: float, what: str, interval:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
     return time.monotonic() - start
-

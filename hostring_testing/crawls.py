@@ -74,8 +74,20 @@ def crawl_cmd(
     extra: Sequence[str] = (),
 ) -> list[str]:
     """`hostring crawl` as a subprocess command line (always --no-progress, our User-Agent)."""
-    cmd = [sys.executable, "-m", "hostring_cli", "crawl", *seeds, "--out", str(out), "--no-progress",
-           "--delay", str(delay), "--user-agent", UA]
+    cmd = [
+        sys.executable,
+        "-m",
+        "hostring_cli",
+        "crawl",
+        *seeds,
+        "--out",
+        str(out),
+        "--no-progress",
+        "--delay",
+        str(delay),
+        "--user-agent",
+        UA,
+    ]
     for cidr in allow:
         cmd += ["--allow-network", cidr]
     if scope is not None:
@@ -130,8 +142,10 @@ class CrawlProcess(GroupProcess):
         node_log = ""
         if self.out is not None and (self.out / "node.log").exists():
             node_log = (self.out / "node.log").read_text(encoding="utf-8", errors="replace")[-3000:]
-        return (f"--- {self.name} stdout\n{self.stdout()[-4000:]}\n--- stderr\n{self.stderr()[-4000:]}"
-                f"\n--- node.log\n{node_log}")
+        return (
+            f"--- {self.name} stdout\n{self.stdout()[-4000:]}\n--- stderr\n{self.stderr()[-4000:]}"
+            f"\n--- node.log\n{node_log}"
+        )
 
 
 def run_cli(cmd: list[str], out: Path | None, log_dir: Path, timeout: float, name: str = "crawl") -> CrawlProcess:
@@ -228,8 +242,11 @@ def serve(args: Sequence[str], log_dir: Path, name: str) -> tuple[CrawlProcess, 
     """Start a long-running `hostring` process (its own process group) and wait for its "listening on port" line."""
     proc = CrawlProcess(hostring_cmd(*args), None, log_dir, name).start()
     try:
-        wait_until(lambda: PORT_LINE.search(proc.stdout()) is not None or not proc.running, START_TIMEOUT_S,
-                   f"{name} to listen")
+        wait_until(
+            lambda: PORT_LINE.search(proc.stdout()) is not None or not proc.running,
+            START_TIMEOUT_S,
+            f"{name} to listen",
+        )
         m = PORT_LINE.search(proc.stdout())
         assert m is not None, f"{name} did not start:\n{proc.output()}"
     except BaseException:

@@ -63,4 +63,3 @@ def canonical_target(target: str) -> str:
         return path
     kept = [p for p in query.split("&") if p and not pct_normalize(p).lower().startswith(TRACKING_PREFIX)]
     return path + ("?" + pct_normalize("&".join(kept)) if kept else "")
-

@@ -191,13 +191,13 @@ def render_model(model: WebModel, seed: int = 0) -> dict[str, Site]:
             sites[label].pages[path] = Page(status=spec.status, body=original.body)
         else:
             sites[label].pages[path] = Page(
-                status=spec.status, body=_render_html(rng, model, key, spec, relative_ok=key not in mirrored))
+                status=spec.status, body=_render_html(rng, model, key, spec, relative_ok=key not in mirrored)
+            )
     for label, robots in model.robots.items():
         if robots.kind == "file":
             sites[label].robots = robots_page(robots.text)
         elif robots.kind == "unavailable":
-            sites[label].robots = Page(status=503, body=b"busy\n", content_type=TEXT,
-                                       headers={"Retry-After": "60"})
+            sites[label].robots = Page(status=503, body=b"busy\n", content_type=TEXT, headers={"Retry-After": "60"})
         elif robots.kind == "redirect" and robots.redirect_to is not None:
             t_label, t_path = robots.redirect_to
             sites[label].robots = redirect_page(f"{{{{origin:{t_label}}}}}{t_path}")
@@ -205,9 +205,7 @@ def render_model(model: WebModel, seed: int = 0) -> dict[str, Site]:
     return sites
 
 
-def _render_html(
-    rng: random.Random, model: WebModel, key: Key, spec: PageSpec, *, relative_ok: bool
-) -> bytes:
+def _render_html(rng: random.Random, model: WebModel, key: Key, spec: PageSpec, *, relative_ok: bool) -> bytes:
     label, path = key
     title = spec.title or f"{label} {path}"
     head = [f"<title>{html.escape(title)}</title>"]
@@ -221,8 +219,7 @@ def _render_html(
         head.append(f'<base href="{html.escape(href)}">')
     items = []
     for link in spec.links:
-        href = link.href if link.href is not None else _spell(rng, key, base_dir, link.target,
-                                                             relative_ok=relative_ok)
+        href = link.href if link.href is not None else _spell(rng, key, base_dir, link.target, relative_ok=relative_ok)
         rel = ""
         if link.nofollow:
             rel = f' rel="{rng.choice(["nofollow", "ugc nofollow", "NoFollow", "nofollow noopener"])}"'
@@ -230,23 +227,25 @@ def _render_html(
         anchor = anchor or link.target[1].strip("/").replace("/", " ") or "home"
         items.append(f'<li><a href="{html.escape(href)}"{rel}>{html.escape(anchor)}</a></li>')
     text_rng = random.Random(zlib.crc32(f"{label}|{path}".encode()))
-    doc = "\n".join([
-        "<!DOCTYPE html>",
-        '<html lang="en">',
-        '<head>\n<meta charset="utf-8">',
-        *head,
-        "</head>",
-        "<body>",
-        f"<h1>{html.escape(title)}</h1>",
-        f"<p>{paragraph(text_rng, 60)}</p>",
-        '<ul class="links">',
-        *items,
-        "</ul>",
-        f"<p>{paragraph(text_rng, 60)}</p>",
-        "</body>",
-        "</html>",
-        "",
-    ])
+    doc = "\n".join(
+        [
+            "<!DOCTYPE html>",
+            '<html lang="en">',
+            '<head>\n<meta charset="utf-8">',
+            *head,
+            "</head>",
+            "<body>",
+            f"<h1>{html.escape(title)}</h1>",
+            f"<p>{paragraph(text_rng, 60)}</p>",
+            '<ul class="links">',
+            *items,
+            "</ul>",
+            f"<p>{paragraph(text_rng, 60)}</p>",
+            "</body>",
+            "</html>",
+            "",
+        ]
+    )
     return doc.encode("utf-8")
 
 
@@ -254,11 +253,48 @@ def _render_html(
 # Random models
 
 
-_SECTIONS = ("docs", "blog", "news", "shop", "about", "~alice", "help", "archive", "tags", "wiki", "team",
-             "private", "events-old", "lists")
-_SLUGS = ("intro", "setup", "getting-started", "faq", "release_notes", "road-map", "spring", "sprint",
-          "print", "printable", "history", "contact", "pricing", "winter-sale", "tide_tables", "c%2B%2B",
-          "a%20b", "drafts", "notes", "v1.2", "old.page", "hello-world", "team_photo", "index.html")
+_SECTIONS = (
+    "docs",
+    "blog",
+    "news",
+    "shop",
+    "about",
+    "~alice",
+    "help",
+    "archive",
+    "tags",
+    "wiki",
+    "team",
+    "private",
+    "events-old",
+    "lists",
+)
+_SLUGS = (
+    "intro",
+    "setup",
+    "getting-started",
+    "faq",
+    "release_notes",
+    "road-map",
+    "spring",
+    "sprint",
+    "print",
+    "printable",
+    "history",
+    "contact",
+    "pricing",
+    "winter-sale",
+    "tide_tables",
+    "c%2B%2B",
+    "a%20b",
+    "drafts",
+    "notes",
+    "v1.2",
+    "old.page",
+    "hello-world",
+    "team_photo",
+    "index.html",
+)
 
 
 def _random_paths(rng: random.Random, n: int) -> list[str]:
@@ -372,8 +408,11 @@ def random_model(
                 spec.redirect_to = (t_label, rng.choice(paths[t_label]))
                 spec.redirect_status = rng.choice([301, 302, 307, 308])
             elif r < redirect_fraction + mirror_fraction:
-                cands = [p for p in paths[label][:i] if pages[(label, p)].redirect_to is None
-                         and pages[(label, p)].mirror_of is None]
+                cands = [
+                    p
+                    for p in paths[label][:i]
+                    if pages[(label, p)].redirect_to is None and pages[(label, p)].mirror_of is None
+                ]
                 if cands:
                     spec.mirror_of = (label, rng.choice(cands))
             elif r < redirect_fraction + mirror_fraction + meta_nofollow_fraction:
@@ -430,6 +469,4 @@ def random_model(
 
     allowed_roots = [lb for lb in labels if robots[lb].kind != "unavailable"]
     seed_keys = [(lb, "/") for lb in allowed_roots[: max(1, seeds)]]
-    return WebModel(origins=labels, pages=pages, robots=robots, seeds=seed_keys, traps=traps,
-                    user_agent=user_agent)
-
+    return WebModel(origins=labels, pages=pages, robots=robots, seeds=seed_keys, traps=traps, user_agent=user_agent)

@@ -109,8 +109,9 @@ def oracle_for(model: WebModel) -> Oracle:
         return model.robots.get(label, RobotsSpec()).kind
 
     robots_fetches = {(label, "/robots.txt") for label in contacted}
-    redirects = {label: r.redirect_to for label, r in model.robots.items()
-                 if r.kind == "redirect" and r.redirect_to is not None}
+    redirects = {
+        label: r.redirect_to for label, r in model.robots.items() if r.kind == "redirect" and r.redirect_to is not None
+    }
     robots_fetches |= {target for label, target in redirects.items() if label in contacted}
     return Oracle(
         seeds=list(model.seeds),

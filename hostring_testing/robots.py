@@ -63,4 +63,3 @@ def robots_allowed(text: str, user_agent: str, path: str) -> bool:
             if best is None or cand > best:
                 best = cand
     return best is None or best[1]
-

@@ -24,8 +24,7 @@ def random_web(seed: int, **kwargs: Any) -> tuple[dict[str, Site], Oracle]:
 _SAMPLE: dict[str, list[tuple[str, str, list[str]]]] = {
     # label: [(path, title, links)]; a link is "path" (same origin) or "label:path"; "!" marks rel=nofollow.
     "news": [
-        ("/", "Harbor Town News",
-         ["/local/", "/sports/", "/about", "/drafts/", "docs:/", "blog:/", "!shop:/"]),
+        ("/", "Harbor Town News", ["/local/", "/sports/", "/about", "/drafts/", "docs:/", "blog:/", "!shop:/"]),
         ("/local/", "Local news", ["/local/ferry-schedule", "/local/market-day", "/local/council-vote"]),
         ("/local/ferry-schedule", "New ferry schedule", ["/local/", "docs:/latest/guide"]),
         ("/local/market-day", "Market day moves to Saturday", ["shop:/", "/local/council-vote"]),
@@ -39,8 +38,11 @@ _SAMPLE: dict[str, list[tuple[str, str, list[str]]]] = {
         ("/about", "About the paper", ["/", "/drafts/press-kit"]),
     ],
     "docs": [
-        ("/", "Lantern documentation",
-         ["/latest/guide", "/v1/guide", "/latest/faq", "/latest/api/", "/legacy/", "news:/"]),
+        (
+            "/",
+            "Lantern documentation",
+            ["/latest/guide", "/v1/guide", "/latest/faq", "/latest/api/", "/legacy/", "news:/"],
+        ),
         ("/latest/guide", "User guide", ["/latest/faq", "/latest/api/", "/"]),
         ("/latest/faq", "Questions and answers", ["/latest/guide", "/latest/api/", "/~maintainers/"]),
         ("/latest/api/", "API reference", ["/latest/api/client", "/latest/api/server", "/print/faq"]),
@@ -51,8 +53,11 @@ _SAMPLE: dict[str, list[tuple[str, str, list[str]]]] = {
         ("/legacy/old-spec", "Old specification", ["/"]),
     ],
     "shop": [
-        ("/", "Chandlery shop", ["/catalog?page=1", "/catalog?page=2", "/catalog?sort=price", "/events",
-                                 "/contact", "/cartography-maps"]),
+        (
+            "/",
+            "Chandlery shop",
+            ["/catalog?page=1", "/catalog?page=2", "/catalog?sort=price", "/events", "/contact", "/cartography-maps"],
+        ),
         ("/catalog?page=1", "Catalog, page 1", ["/items/lantern", "/items/rope", "/catalog?page=2"]),
         ("/catalog?page=2", "Catalog, page 2", ["/items/compass", "/items/oilskin", "/catalog?page=1"]),
         ("/catalog?sort=price", "Catalog by price", ["/items/lantern"]),
@@ -75,7 +80,7 @@ _SAMPLE: dict[str, list[tuple[str, str, list[str]]]] = {
 
 _SAMPLE_ROBOTS = {
     "news": "# Harbor Town News\nUser-agent: *\nDisallow: /drafts/\nAllow: /drafts/press-kit\n\n"
-            "User-agent: archive-bot\nCrawl-delay: 30\nDisallow: /sports/\n",
+    "User-agent: archive-bot\nCrawl-delay: 30\nDisallow: /sports/\n",
     "shop": "User-agent: *\nDisallow: /*?sort=\nDisallow: /cart\n",
 }
 
@@ -98,8 +103,14 @@ def sample_model(user_agent: str = "hostring") -> WebModel:
     pages[("blog", "/old-home")] = PageSpec(redirect_to=("news", "/"), redirect_status=301)
     robots = {label: RobotsSpec("file", text) for label, text in _SAMPLE_ROBOTS.items()}
     robots.update({"docs": RobotsSpec("missing"), "blog": RobotsSpec("missing")})
-    return WebModel(origins=list(_SAMPLE), pages=pages, robots=robots, seeds=[("news", "/")],
-                    traps={"shop": "/events"}, user_agent=user_agent)
+    return WebModel(
+        origins=list(_SAMPLE),
+        pages=pages,
+        robots=robots,
+        seeds=[("news", "/")],
+        traps={"shop": "/events"},
+        user_agent=user_agent,
+    )
 
 
 def sample_web() -> dict[str, Site]:
@@ -110,4 +121,3 @@ def sample_web() -> dict[str, Site]:
 def sample_oracle(user_agent: str = "hostring") -> Oracle:
     """What a correct crawler fetches from the demo web's seed."""
     return oracle_for(sample_model(user_agent))
-

@@ -79,7 +79,6 @@ class Hit:
     """False when the client went away or the web shut down before the response was fully written."""
 
 
-
 def _addresses(first: ipaddress.IPv4Address, n: int) -> list[str]:
     """n loopback addresses from `first`, skipping .0 and .255 host octets."""
     out: list[str] = []
@@ -182,9 +181,7 @@ class LocalWeb:
     def __enter__(self) -> LocalWeb:
         return self.start()
 
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
         self.stop()
 
     async def _bind_all(self) -> None:
@@ -196,8 +193,12 @@ class LocalWeb:
             try:
                 for label, address in zip(labels, self._addresses, strict=True):
                     server = await asyncio.start_server(
-                        functools.partial(self._serve_connection, label), address, port,
-                        limit=_HEAD_LIMIT, backlog=256, reuse_address=True,
+                        functools.partial(self._serve_connection, label),
+                        address,
+                        port,
+                        limit=_HEAD_LIMIT,
+                        backlog=256,
+                        reuse_address=True,
                     )
                     if port == 0:
                         port = server.sockets[0].getsockname()[1]
@@ -206,8 +207,11 @@ class LocalWeb:
                 for server in servers:
                     server.close()
                 if exc.errno == errno.EADDRNOTAVAIL:
-                    raise OSError(exc.errno, f"cannot bind a loopback address ({exc}); on macOS add aliases, "
-                                  "e.g. `sudo ifconfig lo0 alias 127.0.0.2 up`") from exc
+                    raise OSError(
+                        exc.errno,
+                        f"cannot bind a loopback address ({exc}); on macOS add aliases, "
+                        "e.g. `sudo ifconfig lo0 alias 127.0.0.2 up`",
+                    ) from exc
                 if exc.errno == errno.EADDRINUSE and attempt + 1 < attempts:
                     continue
                 raise
@@ -268,9 +272,7 @@ class LocalWeb:
 
     # ---- serving
 
-    async def _serve_connection(
-        self, label: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
+    async def _serve_connection(self, label: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         if task is not None:
             self._conns.add(task)
@@ -345,8 +347,7 @@ class LocalWeb:
             if not target.startswith("/"):
                 page = Page(status=400, body=b"bad request target\n", content_type=TEXT)
             elif method not in ("GET", "HEAD"):
-                page = Page(status=405, body=b"method not allowed\n", content_type=TEXT,
-                            headers={"Allow": "GET, HEAD"})
+                page = Page(status=405, body=b"method not allowed\n", content_type=TEXT, headers={"Allow": "GET, HEAD"})
                 resource = canonical_target(target)
             else:
                 page, resource = self._resolve(label, target)
@@ -377,11 +378,23 @@ class LocalWeb:
             raise
         finally:
             self._inflight[label] -= 1
-            self._record(Hit(
-                origin=origin, path=target, method=method, start=start, end=time.time(), status=status,
-                user_agent=headers.get("user-agent", ""), concurrent=concurrent, label=label,
-                resource=resource, client=client, bytes_sent=sent, complete=complete,
-            ))
+            self._record(
+                Hit(
+                    origin=origin,
+                    path=target,
+                    method=method,
+                    start=start,
+                    end=time.time(),
+                    status=status,
+                    user_agent=headers.get("user-agent", ""),
+                    concurrent=concurrent,
+                    label=label,
+                    resource=resource,
+                    client=client,
+                    bytes_sent=sent,
+                    complete=complete,
+                )
+            )
         return keep_alive
 
     def _head(self, page: Page, body: bytes, keep_alive: bool) -> bytes:
@@ -480,8 +493,9 @@ class LocalWeb:
 
     def duplicates(self, *, include_robots: bool = False) -> list[tuple[str, str, int]]:
         """(origin, resource, count) for every resource requested more than once."""
-        return sorted((o, r, n) for (o, r), n in self.fetch_counts().items()
-                      if n > 1 and (include_robots or r != "/robots.txt"))
+        return sorted(
+            (o, r, n) for (o, r), n in self.fetch_counts().items() if n > 1 and (include_robots or r != "/robots.txt")
+        )
 
     def fetched(self) -> set[Key]:
         """Every (label, resource) requested at least once, robots files included."""
@@ -521,9 +535,7 @@ class CountingWeb(LocalWeb):
         self.started: list[tuple[str, str, float]] = []
         """(label, resource, time) of every request as it begins (Hits are logged when a request ends)."""
 
-    async def _serve_connection(
-        self, label: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
+    async def _serve_connection(self, label: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections[label] += 1
         await super()._serve_connection(label, reader, writer)
 

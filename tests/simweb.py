@@ -41,12 +41,20 @@ class SimWeb:
 def spell(pid: PageId, base: PageId, rng: random.Random) -> str:
     """One of many spellings of a link from page `base` to page `pid`."""
     host, path = pid
-    variants = [f"http://{host}{path}", f"HTTP://{host.upper()}{path}", f"http://{host}:80{path}",
-                f"http://{host}{path}#frag{rng.randint(0, 9)}", f"http://{host}{path}?utm_source=x" if "?" not in path
-                else f"http://{host}{path}&utm_medium=y"]
+    variants = [
+        f"http://{host}{path}",
+        f"HTTP://{host.upper()}{path}",
+        f"http://{host}:80{path}",
+        f"http://{host}{path}#frag{rng.randint(0, 9)}",
+        f"http://{host}{path}?utm_source=x" if "?" not in path else f"http://{host}{path}&utm_medium=y",
+    ]
     if host == base[0]:
-        variants += [path, "." + path if path.startswith("/") and base[1].count("/") == 1 else path,
-                     path.replace("/p", "/./p", 1), path.replace("p", "%70", 1)]
+        variants += [
+            path,
+            "." + path if path.startswith("/") and base[1].count("/") == 1 else path,
+            path.replace("/p", "/./p", 1),
+            path.replace("p", "%70", 1),
+        ]
     return rng.choice(variants)
 
 
@@ -127,8 +135,17 @@ class Trace:
     replay_checks: int = 0
 
 
-def simulate(frontier: Frontier, clock: VirtualClock, web: SimWeb, rng: random.Random, *,
-             die_rate: float = 0.05, batch: int = 3, max_steps: int = 20_000, check_replay: bool = False) -> Trace:
+def simulate(
+    frontier: Frontier,
+    clock: VirtualClock,
+    web: SimWeb,
+    rng: random.Random,
+    *,
+    die_rate: float = 0.05,
+    batch: int = 3,
+    max_steps: int = 20_000,
+    check_replay: bool = False,
+) -> Trace:
     """Run workers against the frontier until it drains; return the trace of requests."""
     trace = Trace()
     frontier.discover([Link(f"http://{h}{p}", seed=True) for h, p in web.model.seeds])
@@ -177,21 +194,26 @@ def _complete(frontier: Frontier, web: SimWeb, item: Item, trace: Trace) -> None
             frontier.complete(item.key, item.generation, Outcome(status=301, location=target, response_s=response_s))
             return
         body = robots.text if status == 200 else ""
-        frontier.complete(item.key, item.generation, Outcome(status=status, robots_body=body.encode(),
-                                                             response_s=response_s))
+        frontier.complete(
+            item.key, item.generation, Outcome(status=status, robots_body=body.encode(), response_s=response_s)
+        )
         return
     pid = (host, path)
     spec = model.pages[pid]
     always_fail = spec.status >= 500
     if always_fail or item.attempt <= web.fail_first.get(pid, 0):
-        frontier.complete(item.key, item.generation, Outcome(status=spec.status if always_fail else 503,
-                                                             response_s=response_s))
+        frontier.complete(
+            item.key, item.generation, Outcome(status=spec.status if always_fail else 503, response_s=response_s)
+        )
         return
     if spec.redirect_to is not None:
         target = f"http://{spec.redirect_to[0]}{spec.redirect_to[1]}"
-        frontier.complete(item.key, item.generation, Outcome(status=spec.redirect_status, location=target,
-                                                             response_s=response_s),
-                          [Link(target, item.url, item.key, item.depth, 0, item.redirect_hops + 1)])
+        frontier.complete(
+            item.key,
+            item.generation,
+            Outcome(status=spec.redirect_status, location=target, response_s=response_s),
+            [Link(target, item.url, item.key, item.depth, 0, item.redirect_hops + 1)],
+        )
         trace.successes[pid] += 1
         return
     body_of = spec.mirror_of or pid  # a mirror serves its original's body and links
@@ -199,9 +221,12 @@ def _complete(frontier: Frontier, web: SimWeb, item: Item, trace: Trace) -> None
     digest = "sha256:" + hashlib.sha256(repr(body_of).encode()).hexdigest()
     rng = random.Random(hash(item.key))
     links = [Link(spell(link.target, pid, rng), item.url, item.key, item.depth + 1) for link in source.links]
-    frontier.complete(item.key, item.generation, Outcome(status=200, body_digest=digest,
-                                                         nofollow=source.meta_nofollow, response_s=response_s),
-                      links)
+    frontier.complete(
+        item.key,
+        item.generation,
+        Outcome(status=200, body_digest=digest, nofollow=source.meta_nofollow, response_s=response_s),
+        links,
+    )
     trace.successes[pid] += 1
     frontier.store.flush()
 

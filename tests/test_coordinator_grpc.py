@@ -34,8 +34,13 @@ def _addr(c: RunningCoordinator) -> str:
 
 
 def _node(addr: str, node_id: str, rings: list[Ring] | None = None) -> NodeMembership:
-    return NodeMembership(addr, node_id, f"127.0.0.1:{7000 + int(node_id[-1], 36)}", heartbeat_s=2.0,
-                          on_ring=rings.append if rings is not None else None)
+    return NodeMembership(
+        addr,
+        node_id,
+        f"127.0.0.1:{7000 + int(node_id[-1], 36)}",
+        heartbeat_s=2.0,
+        on_ring=rings.append if rings is not None else None,
+    )
 
 
 def _members(ids: str) -> Callable[[Ring], bool]:
@@ -120,13 +125,17 @@ def test_get_ring_reports_liveness(coordinator: RunningCoordinator) -> None:
         assert not stub.Leave(pb.LeaveRequest(node_id="node-a"), timeout=5).left
 
 
-@pytest.mark.parametrize(("request_", "detail"), [
-    (pb.RegisterRequest(node_id="", address="h:1"), "node_id"),
-    (pb.RegisterRequest(node_id="n", address=""), "address"),
-    (pb.RegisterRequest(node_id="n", address="h:1", weight=1000), "weight"),
-])
-def test_bad_registrations_are_refused(coordinator: RunningCoordinator, request_: pb.RegisterRequest,
-                                       detail: str) -> None:
+@pytest.mark.parametrize(
+    ("request_", "detail"),
+    [
+        (pb.RegisterRequest(node_id="", address="h:1"), "node_id"),
+        (pb.RegisterRequest(node_id="n", address=""), "address"),
+        (pb.RegisterRequest(node_id="n", address="h:1", weight=1000), "weight"),
+    ],
+)
+def test_bad_registrations_are_refused(
+    coordinator: RunningCoordinator, request_: pb.RegisterRequest, detail: str
+) -> None:
     with grpc.insecure_channel(_addr(coordinator)) as ch, pytest.raises(grpc.RpcError) as err:
         pb_grpc.CoordinatorStub(ch).Register(request_, timeout=5)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -171,8 +180,9 @@ def _restart(old: RunningCoordinator, **kwargs: object) -> RunningCoordinator:
     return start_coordinator(f"127.0.0.1:{port}", heartbeat_timeout_s=TIMEOUT, **kwargs)  # type: ignore[arg-type]
 
 
-def test_restart_with_redis_keeps_members_and_epoch(redis_url: str, redis_client: redis.Redis,
-                                                    redis_namespace: str) -> None:
+def test_restart_with_redis_keeps_members_and_epoch(
+    redis_url: str, redis_client: redis.Redis, redis_namespace: str
+) -> None:
     ns = redis_namespace  # redis_client deletes the namespace afterwards
     c = start_coordinator("127.0.0.1:0", redis_url=redis_url, heartbeat_timeout_s=TIMEOUT, namespace=ns)
     addr = _addr(c)

@@ -74,14 +74,27 @@ def links(*hrefs: str) -> str:
 
 
 def crawl_in_process(
-    seeds: Sequence[str], out: Path, *, delay: float, scope: Path | None = None,
-    allow: Sequence[str] = (LOOPBACK,), **options: Any,
+    seeds: Sequence[str],
+    out: Path,
+    *,
+    delay: float,
+    scope: Path | None = None,
+    allow: Sequence[str] = (LOOPBACK,),
+    **options: Any,
 ) -> tuple[int, dict[str, Any], str]:
     """`run_crawl` in this process (main thread: it installs signal handlers); (exit code, report, printed text)."""
     text = io.StringIO()
-    opts = CrawlOptions(seeds=list(seeds), out=out, scope="list" if scope is not None else "domain",
-                        scope_file=scope, allow_network=list(allow), delay=delay, user_agent=UA, progress=False,
-                        **options)
+    opts = CrawlOptions(
+        seeds=list(seeds),
+        out=out,
+        scope="list" if scope is not None else "domain",
+        scope_file=scope,
+        allow_network=list(allow),
+        delay=delay,
+        user_agent=UA,
+        progress=False,
+        **options,
+    )
     code = run_crawl(opts, text)
     report = load_report(out) if (out / "report.json").exists() else {}
     return code, report, text.getvalue()
@@ -113,8 +126,9 @@ class Background:
         return (self.out / "report.json").stat().st_mtime - self.started_at
 
 
-def _start_background(tmp: Path, web: CountingWeb, seeds: list[str], *, allow: tuple[str, ...],
-                      scope: Path | None = None) -> Background:
+def _start_background(
+    tmp: Path, web: CountingWeb, seeds: list[str], *, allow: tuple[str, ...], scope: Path | None = None
+) -> Background:
     out = tmp / "crawl"
     started_at = time.time()
     proc = CrawlProcess(crawl_cmd(seeds, out, delay=0.05, allow=allow, scope=scope), out, tmp).start()
@@ -125,16 +139,19 @@ def _start_background(tmp: Path, web: CountingWeb, seeds: list[str], *, allow: t
 def robots_503_crawl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Background]:
     """'down' answers 503 for robots.txt (no Retry-After), 'up' has no robots file and links into 'down'."""
     sites = {
-        "down": Site(pages={"/": html_page(links("/a", "/b")), "/a": html_page(links("/")),
-                            "/b": html_page(links("/"))},
-                     robots=Page(status=503, body=b"busy\n", content_type="text/plain")),
-        "up": Site(pages={"/": html_page(links("/x", "{{origin:down}}/a", "{{origin:down}}/c")),
-                          "/x": html_page(links("/"))}),
+        "down": Site(
+            pages={"/": html_page(links("/a", "/b")), "/a": html_page(links("/")), "/b": html_page(links("/"))},
+            robots=Page(status=503, body=b"busy\n", content_type="text/plain"),
+        ),
+        "up": Site(
+            pages={"/": html_page(links("/x", "{{origin:down}}/a", "{{origin:down}}/c")), "/x": html_page(links("/"))}
+        ),
     }
     tmp = tmp_path_factory.mktemp("robots503")
     with CountingWeb(sites) as web:
-        bg = _start_background(tmp, web, [web.url("down"), web.url("up")], allow=(LOOPBACK,),
-                               scope=scope_file(web, tmp / "scope.txt"))
+        bg = _start_background(
+            tmp, web, [web.url("down"), web.url("up")], allow=(LOOPBACK,), scope=scope_file(web, tmp / "scope.txt")
+        )
         try:
             yield bg
         finally:
@@ -158,15 +175,21 @@ def refused_seed_crawl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bac
 def refused_redirect_crawl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Background]:
     """'ok' (127.0.0.2, allowed) redirects to 'bad' (127.0.0.3, not in the allowlist); both are in scope."""
     sites = {
-        "ok": Site(pages={"/": html_page(links("/go", "/stay")), "/go": redirect_page("{{origin:bad}}/target"),
-                          "/stay": html_page(links("/"))}),
+        "ok": Site(
+            pages={
+                "/": html_page(links("/go", "/stay")),
+                "/go": redirect_page("{{origin:bad}}/target"),
+                "/stay": html_page(links("/")),
+            }
+        ),
         "bad": Site(pages={"/target": html_page(links("/"))}),
     }
     tmp = tmp_path_factory.mktemp("refused_redirect")
     with CountingWeb(sites) as web:
         assert web.addresses["ok"][0] == "127.0.0.2" and web.addresses["bad"][0] == "127.0.0.3"
-        bg = _start_background(tmp, web, [web.url("ok")], allow=("127.0.0.2/32",),
-                               scope=scope_file(web, tmp / "scope.txt"))
+        bg = _start_background(
+            tmp, web, [web.url("ok")], allow=("127.0.0.2/32",), scope=scope_file(web, tmp / "scope.txt")
+        )
         try:
             yield bg
         finally:
@@ -179,8 +202,12 @@ _BACKGROUND = ("robots_503_crawl", "refused_seed_crawl", "refused_redirect_crawl
 @pytest.fixture(scope="module", autouse=True)
 def _prestart_background_crawls(request: pytest.FixtureRequest) -> None:
     """Start the slow background crawls that the selected tests of this module use, before any test runs."""
-    wanted = {name for item in request.session.items if item.module is request.module
-              for name in getattr(item, "fixturenames", ())}
+    wanted = {
+        name
+        for item in request.session.items
+        if item.module is request.module
+        for name in getattr(item, "fixturenames", ())
+    }
     for name in _BACKGROUND:
         if name in wanted:
             request.getfixturevalue(name)
@@ -197,9 +224,13 @@ def test_random_web_every_reachable_allowed_page_fetched_exactly_once(tmp_path: 
     oracle, sites = oracle_for(model), render_model(model, 12)
     assert oracle.blocked and oracle.robots_redirects and oracle.traps, "the web should exercise robots and traps"
     with LocalWeb(sites) as web:
-        code, report, text = crawl_in_process(oracle.seed_urls(web), tmp_path / "crawl", delay=0.05,
-                                              scope=scope_file(web, tmp_path / "scope.txt"),
-                                              max_depth=needed_depth(model) + 4)
+        code, report, text = crawl_in_process(
+            oracle.seed_urls(web),
+            tmp_path / "crawl",
+            delay=0.05,
+            scope=scope_file(web, tmp_path / "scope.txt"),
+            max_depth=needed_depth(model) + 4,
+        )
         assert code == 0, text
         verdict = oracle.judge(web.fetched())
         assert verdict["missing"] == set(), "reachable allowed pages never fetched"
@@ -214,8 +245,11 @@ def test_random_web_every_reachable_allowed_page_fetched_exactly_once(tmp_path: 
         # The report agrees with the server.
         pages = hit_keys(web, frozenset(oracle.robots_fetches))
         assert by_state(report, web, "fetched") == pages, text
-        denied = {k for k, row in dispositions(report, web).items()
-                  if row["state"] == "suppressed" and row["reason"] == "robots"}
+        denied = {
+            k
+            for k, row in dispositions(report, web).items()
+            if row["state"] == "suppressed" and row["reason"] == "robots"
+        }
         assert denied == oracle.blocked
         assert report["robots_denied"]["count"] == len(oracle.blocked)
         assert report["unresolved"]["count"] == 0, report["unresolved"]
@@ -248,16 +282,16 @@ Disallow: /*.pdf$
 """
 RULES_PATHS = {
     # path: allowed for the product token "hostring-test" (only its own group applies; "hostring" is another bot)
-    "/docs/a": False,                    # Disallow /docs/
-    "/docs/public/b": True,              # the longer Allow /docs/public/ wins
-    "/docs/public/secret-plan": False,   # the longer Disallow /docs/public/secret wins again
-    "/a/x": True,                        # Allow /a
-    "/a/b/c": False,                     # the longer Disallow /a/b wins though Allow comes first in the file
-    "/tie": True,                        # Disallow /tie and Allow /tie: on a tie Allow wins
-    "/tie-break": True,                  # the same tie as a prefix
-    "/file.pdf": False,                  # /*.pdf$
-    "/file.pdf?x=1": True,               # $ anchors the end: a query escapes it
-    "/other": True,                      # only the "hostring" group disallows it
+    "/docs/a": False,  # Disallow /docs/
+    "/docs/public/b": True,  # the longer Allow /docs/public/ wins
+    "/docs/public/secret-plan": False,  # the longer Disallow /docs/public/secret wins again
+    "/a/x": True,  # Allow /a
+    "/a/b/c": False,  # the longer Disallow /a/b wins though Allow comes first in the file
+    "/tie": True,  # Disallow /tie and Allow /tie: on a tie Allow wins
+    "/tie-break": True,  # the same tie as a prefix
+    "/file.pdf": False,  # /*.pdf$
+    "/file.pdf?x=1": True,  # $ anchors the end: a query escapes it
+    "/other": True,  # only the "hostring" group disallows it
 }
 
 
@@ -268,28 +302,49 @@ def test_robots_rules_404_and_redirected_robots(tmp_path: Path) -> None:
     for path, allowed in RULES_PATHS.items():  # the expectations agree with an independent matcher
         assert robots_allowed(ROBOTS_RULES, UA, path) is allowed, path
     sites = {
-        "rules": Site(pages={"/": html_page(links(*RULES_PATHS)), **{p: html_page(links("/")) for p in RULES_PATHS}},
-                      robots=robots_page(ROBOTS_RULES)),
-        "missing": Site(pages={"/": html_page(links("/blocked", "/private/x")), "/blocked": html_page(links("/")),
-                               "/private/x": html_page(links("/")),
-                               "/robots-for-moved.txt": robots_page("User-agent: *\nDisallow: /blocked\n")}),
-        "moved": Site(pages={"/": html_page(links("/blocked", "/open")), "/blocked": html_page(links("/")),
-                             "/open": html_page(links("/"))},
-                      robots=redirect_page("{{origin:missing}}/robots-for-moved.txt")),
+        "rules": Site(
+            pages={"/": html_page(links(*RULES_PATHS)), **{p: html_page(links("/")) for p in RULES_PATHS}},
+            robots=robots_page(ROBOTS_RULES),
+        ),
+        "missing": Site(
+            pages={
+                "/": html_page(links("/blocked", "/private/x")),
+                "/blocked": html_page(links("/")),
+                "/private/x": html_page(links("/")),
+                "/robots-for-moved.txt": robots_page("User-agent: *\nDisallow: /blocked\n"),
+            }
+        ),
+        "moved": Site(
+            pages={
+                "/": html_page(links("/blocked", "/open")),
+                "/blocked": html_page(links("/")),
+                "/open": html_page(links("/")),
+            },
+            robots=redirect_page("{{origin:missing}}/robots-for-moved.txt"),
+        ),
     }
     with LocalWeb(sites) as web:
         seeds = [web.url(label) for label in sites]
-        code, report, text = crawl_in_process(seeds, tmp_path / "crawl", delay=0.05,
-                                              scope=scope_file(web, tmp_path / "scope.txt"))
+        code, report, text = crawl_in_process(
+            seeds, tmp_path / "crawl", delay=0.05, scope=scope_file(web, tmp_path / "scope.txt")
+        )
         assert code == 0, text
         robots_files = frozenset({("missing", "/robots-for-moved.txt")})
-        expected = ({("rules", "/")} | {("rules", p) for p, ok in RULES_PATHS.items() if ok}
-                    | {("missing", "/"), ("missing", "/blocked"), ("missing", "/private/x")}
-                    | {("moved", "/"), ("moved", "/open")})
+        expected = (
+            {("rules", "/")}
+            | {("rules", p) for p, ok in RULES_PATHS.items() if ok}
+            | {("missing", "/"), ("missing", "/blocked"), ("missing", "/private/x")}
+            | {("moved", "/"), ("moved", "/open")}
+        )
         assert hit_keys(web, robots_files) == expected
         assert sorted((h.label, h.resource) for h in web.hits if h.resource.startswith("/robots")) == sorted(
-            [("missing", "/robots-for-moved.txt"), ("missing", "/robots.txt"), ("moved", "/robots.txt"),
-             ("rules", "/robots.txt")]), "each robots file once, the redirect followed"
+            [
+                ("missing", "/robots-for-moved.txt"),
+                ("missing", "/robots.txt"),
+                ("moved", "/robots.txt"),
+                ("rules", "/robots.txt"),
+            ]
+        ), "each robots file once, the redirect followed"
 
         denied = {("rules", p) for p, ok in RULES_PATHS.items() if not ok} | {("moved", "/blocked")}
         rows = dispositions(report, web)
@@ -303,17 +358,26 @@ def test_robots_redirect_hop_respects_the_target_origins_politeness(tmp_path: Pa
     request to b, nor come sooner than b's delay after one. Here b's own robots.txt is slow (0.5 s) and both
     robots files are fetched at once when the crawl starts."""
     sites = {
-        "a": Site(pages={"/": html_page(links("/1")), "/1": html_page(links("/"))},
-                  robots=redirect_page("{{origin:b}}/robots-for-a.txt")),
-        "b": Site(pages={"/": html_page(links("/1")), "/1": html_page(links("/")),
-                         "/robots-for-a.txt": robots_page("User-agent: *\nDisallow: /private\n")},
-                  robots=Page(status=200, body=b"User-agent: *\nDisallow: /private\n", content_type="text/plain",
-                              delay_s=0.5)),
+        "a": Site(
+            pages={"/": html_page(links("/1")), "/1": html_page(links("/"))},
+            robots=redirect_page("{{origin:b}}/robots-for-a.txt"),
+        ),
+        "b": Site(
+            pages={
+                "/": html_page(links("/1")),
+                "/1": html_page(links("/")),
+                "/robots-for-a.txt": robots_page("User-agent: *\nDisallow: /private\n"),
+            },
+            robots=Page(
+                status=200, body=b"User-agent: *\nDisallow: /private\n", content_type="text/plain", delay_s=0.5
+            ),
+        ),
     }
     delay = 0.2
     with LocalWeb(sites) as web:
-        code, _, text = crawl_in_process([web.url("a"), web.url("b")], tmp_path / "crawl", delay=delay,
-                                         scope=scope_file(web, tmp_path / "scope.txt"))
+        code, _, text = crawl_in_process(
+            [web.url("a"), web.url("b")], tmp_path / "crawl", delay=delay, scope=scope_file(web, tmp_path / "scope.txt")
+        )
         assert code == 0, text
         assert ("b", "/robots-for-a.txt") in web.fetched()
         for label in sites:
@@ -323,12 +387,16 @@ def test_robots_redirect_hop_respects_the_target_origins_politeness(tmp_path: Pa
 def test_robots_crawl_delay_holds_from_the_first_request_after_robots(tmp_path: Path) -> None:
     """A Crawl-delay in the crawler's robots group paces the origin from the request right after robots.txt on,
     not only from the second page (the crawl's own --delay is 0.05 s)."""
-    sites = {"cd": Site(pages={"/": html_page(links("/1", "/2")), "/1": html_page(links("/", "/2")),
-                               "/2": html_page(links("/1"))},
-                        robots=robots_page("User-agent: *\nCrawl-delay: 0.5\nDisallow: /private\n"))}
+    sites = {
+        "cd": Site(
+            pages={"/": html_page(links("/1", "/2")), "/1": html_page(links("/", "/2")), "/2": html_page(links("/1"))},
+            robots=robots_page("User-agent: *\nCrawl-delay: 0.5\nDisallow: /private\n"),
+        )
+    }
     with LocalWeb(sites) as web:
-        code, _, text = crawl_in_process([web.url("cd")], tmp_path / "crawl", delay=0.05,
-                                         scope=scope_file(web, tmp_path / "scope.txt"))
+        code, _, text = crawl_in_process(
+            [web.url("cd")], tmp_path / "crawl", delay=0.05, scope=scope_file(web, tmp_path / "scope.txt")
+        )
         assert code == 0, text
         assert [h.resource for h in web.hits_for("cd")] == ["/robots.txt", "/", "/1", "/2"]
         assert politeness_violations(web, "cd", 0.5) == []
@@ -342,8 +410,16 @@ def test_per_origin_one_request_at_a_time_and_the_delay_held(tmp_path: Path) -> 
     """`hostring crawl --delay 0.15`: on every origin the server never has two requests in flight and the
     pause from the end of one request to the start of the next is at least the delay (server timestamps).
     Every page thinks for 30 ms, so overlapping requests would show; cross-origin redirects are in the mix."""
-    model = random_model(5, origins=4, pages_per_origin=12, unavailable_robots=0, redirect_robots_fraction=0.0,
-                         redirect_fraction=0.15, trap_fraction=0.0, user_agent=TOKEN)
+    model = random_model(
+        5,
+        origins=4,
+        pages_per_origin=12,
+        unavailable_robots=0,
+        redirect_robots_fraction=0.0,
+        redirect_fraction=0.15,
+        trap_fraction=0.0,
+        user_agent=TOKEN,
+    )
     oracle, sites = oracle_for(model), render_model(model, 5)
     for site in sites.values():
         for page in site.pages.values():
@@ -351,8 +427,13 @@ def test_per_origin_one_request_at_a_time_and_the_delay_held(tmp_path: Path) -> 
     delay = 0.15
     with LocalWeb(sites) as web:
         out = tmp_path / "crawl"
-        cmd = crawl_cmd(oracle.seed_urls(web), out, delay=delay, scope=scope_file(web, tmp_path / "scope.txt"),
-                        extra=["--max-depth", str(needed_depth(model) + 4)])
+        cmd = crawl_cmd(
+            oracle.seed_urls(web),
+            out,
+            delay=delay,
+            scope=scope_file(web, tmp_path / "scope.txt"),
+            extra=["--max-depth", str(needed_depth(model) + 4)],
+        )
         proc = run_cli(cmd, out, tmp_path, timeout=90)
         assert proc.proc is not None and proc.proc.returncode == 0, proc.output()
         assert oracle.judge(web.fetched())["missing"] == set()
@@ -373,19 +454,38 @@ def test_redirect_chain_across_origins_each_hop_paced_by_its_own_origin(tmp_path
     (the crawl's 0.1 s) each keep their own pace, every hop waits for its origin's robots file, and the final
     page is fetched once."""
     sites = {
-        "a": Site(pages={"/": html_page(links("/start", "/also", "/a1")), "/start": redirect_page(
-            "{{origin:b}}/hop", 301), "/also": redirect_page("{{origin:c|upper}}/x/../final", 302),
-            "/a1": html_page(links("/"))}),
-        "b": Site(pages={"/": html_page(links("/b1", "/b2", "/b3")), "/hop": redirect_page("{{origin:c}}/final", 302),
-                         **{f"/b{i}": html_page(links("/")) for i in (1, 2, 3)}},
-                  robots=robots_page("User-agent: *\nCrawl-delay: 0.4\nDisallow: /private\n")),
-        "c": Site(pages={"/": html_page(links("/c1", "/c2", "/c3")), "/final": html_page(links("/c1")),
-                         **{f"/c{i}": html_page(links("/")) for i in (1, 2, 3)}}),
+        "a": Site(
+            pages={
+                "/": html_page(links("/start", "/also", "/a1")),
+                "/start": redirect_page("{{origin:b}}/hop", 301),
+                "/also": redirect_page("{{origin:c|upper}}/x/../final", 302),
+                "/a1": html_page(links("/")),
+            }
+        ),
+        "b": Site(
+            pages={
+                "/": html_page(links("/b1", "/b2", "/b3")),
+                "/hop": redirect_page("{{origin:c}}/final", 302),
+                **{f"/b{i}": html_page(links("/")) for i in (1, 2, 3)},
+            },
+            robots=robots_page("User-agent: *\nCrawl-delay: 0.4\nDisallow: /private\n"),
+        ),
+        "c": Site(
+            pages={
+                "/": html_page(links("/c1", "/c2", "/c3")),
+                "/final": html_page(links("/c1")),
+                **{f"/c{i}": html_page(links("/")) for i in (1, 2, 3)},
+            }
+        ),
     }
     delay = 0.1
     with LocalWeb(sites) as web:
-        code, report, text = crawl_in_process([web.url(x) for x in ("a", "b", "c")], tmp_path / "crawl",
-                                              delay=delay, scope=scope_file(web, tmp_path / "scope.txt"))
+        code, report, text = crawl_in_process(
+            [web.url(x) for x in ("a", "b", "c")],
+            tmp_path / "crawl",
+            delay=delay,
+            scope=scope_file(web, tmp_path / "scope.txt"),
+        )
         assert code == 0, text
         counts = web.fetch_counts()
         for label, path in [("a", "/start"), ("a", "/also"), ("b", "/hop"), ("c", "/final")]:
@@ -396,8 +496,11 @@ def test_redirect_chain_across_origins_each_hop_paced_by_its_own_origin(tmp_path
             assert politeness_violations(web, label, delay) == [], f"origin {label}"
         # b keeps its Crawl-delay, the hop included. (The pause right after b's robots.txt is judged by
         # test_robots_crawl_delay_holds_from_the_first_request_after_robots.)
-        short = [(round(gap, 3), cur.path) for gap, prev, cur in gaps(web.hits_for("b"))
-                 if prev.resource != "/robots.txt" and gap < 0.4 - 0.02]
+        short = [
+            (round(gap, 3), cur.path)
+            for gap, prev, cur in gaps(web.hits_for("b"))
+            if prev.resource != "/robots.txt" and gap < 0.4 - 0.02
+        ]
         assert short == [], "b's Crawl-delay: 0.4 not held"
 
         def hit(label: str, path: str) -> Any:
@@ -411,8 +514,12 @@ def test_redirect_chain_across_origins_each_hop_paced_by_its_own_origin(tmp_path
         assert hit("c", "/final").start >= hit("c", "/robots.txt").end
         # The report records the edges.
         rows = dispositions(report, web)
-        assert (rows[("a", "/start")]["status"], rows[("b", "/hop")]["status"], rows[("a", "/also")]["status"],
-                rows[("c", "/final")]["status"]) == (301, 302, 302, 200)
+        assert (
+            rows[("a", "/start")]["status"],
+            rows[("b", "/hop")]["status"],
+            rows[("a", "/also")]["status"],
+            rows[("c", "/final")]["status"],
+        ) == (301, 302, 302, 200)
         assert rows[("a", "/start")]["reason"].startswith("301 ->")
         assert all(rows[k]["state"] == "fetched" for k in [("a", "/start"), ("b", "/hop"), ("c", "/final")])
 
@@ -426,19 +533,35 @@ def test_oversize_body_and_decompression_bomb_are_named_failures(tmp_path: Path)
     are not retried, and their origins' other pages are still fetched. Brotli and deflate bombs too."""
     big = b"<!DOCTYPE html><html><body>" + b"x" * (10 * 2**20) + b"</body></html>"
     sites = {
-        "big": Site(pages={"/": html_page(links("/huge", "/after")), "/huge": Page(body=big),
-                           "/after": html_page(links("/", "/huge"))}),
-        "bomb": Site(pages={"/": html_page(links("/gz", "/br", "/deflate", "/after")),
-                            "/gz": bomb_page("gzip", 32 * 2**20), "/br": bomb_page("br", 32 * 2**20),
-                            "/deflate": bomb_page("deflate", 32 * 2**20), "/after": html_page(links("/", "/gz"))}),
+        "big": Site(
+            pages={
+                "/": html_page(links("/huge", "/after")),
+                "/huge": Page(body=big),
+                "/after": html_page(links("/", "/huge")),
+            }
+        ),
+        "bomb": Site(
+            pages={
+                "/": html_page(links("/gz", "/br", "/deflate", "/after")),
+                "/gz": bomb_page("gzip", 32 * 2**20),
+                "/br": bomb_page("br", 32 * 2**20),
+                "/deflate": bomb_page("deflate", 32 * 2**20),
+                "/after": html_page(links("/", "/gz")),
+            }
+        ),
     }
     with LocalWeb(sites) as web:
-        code, report, text = crawl_in_process([web.url(x) for x in sites], tmp_path / "crawl", delay=0.05,
-                                              scope=scope_file(web, tmp_path / "scope.txt"))
+        code, report, text = crawl_in_process(
+            [web.url(x) for x in sites], tmp_path / "crawl", delay=0.05, scope=scope_file(web, tmp_path / "scope.txt")
+        )
         assert code == 0, text
         rows = dispositions(report, web)
-        expected = {("big", "/huge"): "too_large", ("bomb", "/gz"): "decompression_bomb",
-                    ("bomb", "/br"): "decompression_bomb", ("bomb", "/deflate"): "decompression_bomb"}
+        expected = {
+            ("big", "/huge"): "too_large",
+            ("bomb", "/gz"): "decompression_bomb",
+            ("bomb", "/br"): "decompression_bomb",
+            ("bomb", "/deflate"): "decompression_bomb",
+        }
         for key, reason in expected.items():
             assert (rows[key]["state"], rows[key]["reason"], rows[key]["attempts"]) == ("failed", reason, 1), key
         assert report["failures_by_class"] == {"too_large": 1, "decompression_bomb": 3}
@@ -458,24 +581,46 @@ def test_trickle_and_429_are_named_outcomes_and_back_the_origin_off(tmp_path: Pa
     retry_after = 2.0
     trickle_s = 0.01
     sites = {
-        "slow": Site(pages={"/": html_page(links("/trickle", "/after")),
-                            "/trickle": html_page(links("/") + " " * 4000, trickle_s=trickle_s),
-                            "/after": html_page(links("/"))}),
-        "busy": Site(pages={"/": html_page(links("/limited", "/after1", "/after2")),
-                            "/limited": Page(status=429, body=b"slow down\n", content_type="text/plain",
-                                             headers={"Retry-After": str(int(retry_after))}),
-                            "/after1": html_page(links("/")), "/after2": html_page(links("/", "/after1"))}),
+        "slow": Site(
+            pages={
+                "/": html_page(links("/trickle", "/after")),
+                "/trickle": html_page(links("/") + " " * 4000, trickle_s=trickle_s),
+                "/after": html_page(links("/")),
+            }
+        ),
+        "busy": Site(
+            pages={
+                "/": html_page(links("/limited", "/after1", "/after2")),
+                "/limited": Page(
+                    status=429,
+                    body=b"slow down\n",
+                    content_type="text/plain",
+                    headers={"Retry-After": str(int(retry_after))},
+                ),
+                "/after1": html_page(links("/")),
+                "/after2": html_page(links("/", "/after1")),
+            }
+        ),
     }
     delay = 0.15
     with LocalWeb(sites) as web:
-        code, report, text = crawl_in_process([web.url(x) for x in sites], tmp_path / "crawl", delay=delay,
-                                              scope=scope_file(web, tmp_path / "scope.txt"), total_timeout_s=1.0)
+        code, report, text = crawl_in_process(
+            [web.url(x) for x in sites],
+            tmp_path / "crawl",
+            delay=delay,
+            scope=scope_file(web, tmp_path / "scope.txt"),
+            total_timeout_s=1.0,
+        )
         assert code == 0, text
         rows = dispositions(report, web)
         assert (rows[("slow", "/trickle")]["state"], rows[("slow", "/trickle")]["reason"]) == (
-            "failed", "retries_exhausted:total_timeout")
+            "failed",
+            "retries_exhausted:total_timeout",
+        )
         assert (rows[("busy", "/limited")]["state"], rows[("busy", "/limited")]["reason"]) == (
-            "failed", "retries_exhausted:http_429")
+            "failed",
+            "retries_exhausted:http_429",
+        )
         assert report["failures_by_class"] == {"retries_exhausted": 2}
         assert all(rows[k]["state"] == "fetched" for k in rows if "after" in k[1])
 
@@ -511,8 +656,15 @@ def test_sigkill_midway_then_resume_finishes_without_unexplained_refetches(tmp_p
     """SIGKILL the whole `hostring crawl` process group midway, while a request is in flight (a 1.5 s page that
     comes after 4 others on its origin), then `hostring crawl --resume --out SAME`: every reachable allowed page
     ends fetched, and the only resources the server saw twice are ones the journal records a lease expiry for."""
-    model = random_model(5, origins=3, pages_per_origin=20, unavailable_robots=0, redirect_robots_fraction=0.0,
-                         trap_fraction=0.0, user_agent=TOKEN)
+    model = random_model(
+        5,
+        origins=3,
+        pages_per_origin=20,
+        unavailable_robots=0,
+        redirect_robots_fraction=0.0,
+        trap_fraction=0.0,
+        user_agent=TOKEN,
+    )
     # One more origin whose last page is slow: the kill comes while it is being served, when every origin is
     # about 5 requests in (each has at least 17 pages to fetch).
     model.origins.append("slow")
@@ -531,12 +683,18 @@ def test_sigkill_midway_then_resume_finishes_without_unexplained_refetches(tmp_p
     delay = 0.1
     with CountingWeb(sites) as web:
         out = tmp_path / "crawl"
-        cmd = crawl_cmd(oracle.seed_urls(web), out, delay=delay, scope=scope_file(web, tmp_path / "scope.txt"),
-                        extra=["--lease-s", "2", "--max-depth", str(needed_depth(model) + 4)])
+        cmd = crawl_cmd(
+            oracle.seed_urls(web),
+            out,
+            delay=delay,
+            scope=scope_file(web, tmp_path / "scope.txt"),
+            extra=["--lease-s", "2", "--max-depth", str(needed_depth(model) + 4)],
+        )
         first = CrawlProcess(cmd, out, tmp_path, "first").start()
         try:
-            wait_until(lambda: web.has_started("slow", "/report") or not first.running, 60,
-                       "the slow page to be requested")
+            wait_until(
+                lambda: web.has_started("slow", "/report") or not first.running, 60, "the slow page to be requested"
+            )
             assert first.running, first.output()
             first.kill()
         finally:
@@ -546,8 +704,10 @@ def test_sigkill_midway_then_resume_finishes_without_unexplained_refetches(tmp_p
         hits_before = len(web.hits)
 
         second = run_cli([*cmd, "--resume"], out, tmp_path, timeout=90, name="resume")
-        print(f"first run killed after {first.duration:.1f}s and {len(pages_before)} pages, "
-              f"resume took {second.duration:.1f}s")
+        print(
+            f"first run killed after {first.duration:.1f}s and {len(pages_before)} pages, "
+            f"resume took {second.duration:.1f}s"
+        )
         assert second.proc is not None and second.proc.returncode == 0, second.output()
         assert len(web.hits) > hits_before
         verdict = oracle.judge(web.fetched())
@@ -555,12 +715,18 @@ def test_sigkill_midway_then_resume_finishes_without_unexplained_refetches(tmp_p
 
         expiries: dict[tuple[str, str], int] = {}
         for row in journal(out, event="expire"):
-            key = ((web.labels[row["key"].removeprefix("robots:")], "/robots.txt")
-                   if row["key"].startswith("robots:") else key_of(web, row["key"]))
+            key = (
+                (web.labels[row["key"].removeprefix("robots:")], "/robots.txt")
+                if row["key"].startswith("robots:")
+                else key_of(web, row["key"])
+            )
             expiries[key] = expiries.get(key, 0) + 1
         assert expiries.get(("slow", "/report"), 0) >= 1, "the in-flight lease was not recorded as expired"
-        unexplained = [(web.labels[o], r, n) for o, r, n in web.duplicates(include_robots=True)
-                       if n - 1 > expiries.get((web.labels[o], r), 0)]
+        unexplained = [
+            (web.labels[o], r, n)
+            for o, r, n in web.duplicates(include_robots=True)
+            if n - 1 > expiries.get((web.labels[o], r), 0)
+        ]
         assert unexplained == [], f"fetched twice without a recorded lease expiry: {unexplained}"
 
         report = load_report(out)
@@ -581,8 +747,11 @@ def test_demo_runs_and_prints_the_server_side_check(tmp_path: Path) -> None:
     assert proc.proc is not None and proc.proc.returncode == 0, proc.output()
     out = proc.stdout()
     assert "what the web servers saw:" in out, out
-    assert re.search(r"missed 0, robots-forbidden fetched 0, fetched twice 0, most requests at once on one "
-                     r"origin 1\b", out), out
+    assert re.search(
+        r"missed 0, robots-forbidden fetched 0, fetched twice 0, most requests at once on one "
+        r"origin 1\b",
+        out,
+    ), out
     assert (tmp_path / "demo" / "crawl" / "report.json").exists()
 
 
@@ -604,8 +773,10 @@ def test_robots_503_blocks_the_origin_and_the_crawl_still_ends(robots_503_crawl:
     web = bg.web
     down = web.hits_for("down")
     assert down and {h.resource for h in down} == {"/robots.txt"}, [h.path for h in down]
-    print(f"robots.txt of the 503 origin requested {len(down)} times at "
-          f"{[round(h.start - down[0].start, 1) for h in down]} s")
+    print(
+        f"robots.txt of the 503 origin requested {len(down)} times at "
+        f"{[round(h.start - down[0].start, 1) for h in down]} s"
+    )
     assert hit_keys(web) == {("up", "/"), ("up", "/x")}
     report = load_report(bg.out)
     rows = dispositions(report, web)

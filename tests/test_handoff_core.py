@@ -38,8 +38,10 @@ def test_adopted_domain_keeps_its_lease_and_queue_and_the_old_owner_lets_go() ->
     counts = Counter(r.state.value for r in store.items() if r.domain == "b.example")
     a.release({"b.example"}, dict(counts))
     b = Frontier(store, clock, CONFIG, owns=lambda d: owner.get(d) == "B", recover=False)
-    b.adopt([r for r in store.items() if r.domain == "b.example"],
-            [r for r in store.robots_records() if r[1].endswith("b.example")])
+    b.adopt(
+        [r for r in store.items() if r.domain == "b.example"],
+        [r for r in store.robots_records() if r[1].endswith("b.example")],
+    )
 
     clock.advance(2)
     assert all(it.domain == "a.example" for it in _lease_all(a, "w"))
@@ -90,8 +92,9 @@ def test_robots_redirect_to_another_nodes_domain_is_not_followed() -> None:
     f = Frontier(store, clock, CONFIG, owns=lambda d: d == "mine.example")
     f.discover([Link("http://www.mine.example/a")])
     robots = f.lease("w", 10)[0]
-    done = f.complete(robots.key, robots.generation,
-                      Outcome(status=301, location="http://rules.theirs.example/robots.txt"))
+    done = f.complete(
+        robots.key, robots.generation, Outcome(status=301, location="http://rules.theirs.example/robots.txt")
+    )
     assert done.state == "failed" and done.reason == "robots_redirect_elsewhere"
     clock.advance(60)
     assert f.lease("w", 10) == []  # nothing of the origin is fetched: its pages end with the reason

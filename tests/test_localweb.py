@@ -99,7 +99,10 @@ def test_pages_status_headers_and_placeholders(web: LocalWeb) -> None:
     assert status == 200 and headers["content-type"] == "text/html; charset=utf-8"
     assert int(headers["content-length"]) == len(body)
     b_host = web.origins["b"].removeprefix("http://")
-    assert body == f'<a href="http://{b_host}/x">b</a> <a href="//{b_host}/y">y</a> HTTP://{web.addresses["a"][0]}:{web.port}'.encode()
+    assert (
+        body
+        == f'<a href="http://{b_host}/x">b</a> <a href="//{b_host}/y">y</a> HTTP://{web.addresses["a"][0]}:{web.port}'.encode()
+    )
 
     status, headers, body = get(web.url("a", "/moved"))
     assert status == 301 and headers["location"] == web.url("b", "/landing") and body == b""
@@ -191,13 +194,17 @@ def test_keep_alive_connection_serves_several_requests(web: LocalWeb) -> None:
 
 def test_compressed_bodies_and_bombs_carry_content_encoding() -> None:
     text = b"<p>hello</p>" * 100
-    sites = {"z": Site(pages={
-        "/gz": compressed_page(text, "gzip"),
-        "/deflate": compressed_page(text, "deflate"),
-        "/br": compressed_page(text, "br"),
-        "/bomb": bomb_page("gzip", 8 << 20),
-        "/brbomb": bomb_page("br", 8 << 20),
-    })}
+    sites = {
+        "z": Site(
+            pages={
+                "/gz": compressed_page(text, "gzip"),
+                "/deflate": compressed_page(text, "deflate"),
+                "/br": compressed_page(text, "br"),
+                "/bomb": bomb_page("gzip", 8 << 20),
+                "/brbomb": bomb_page("br", 8 << 20),
+            }
+        )
+    }
     with LocalWeb(sites) as web:
         decoders = {"/gz": gzip.decompress, "/deflate": zlib.decompress, "/br": brotli.decompress}
         for path, decode in decoders.items():
@@ -238,8 +245,23 @@ def test_write_log_and_live_log_are_json_lines(web: LocalWeb, tmp_path: Path) ->
     web.write_log(out)
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["status"] for r in rows] == [200, 404]
-    assert {"ts", "origin", "label", "path", "resource", "method", "start", "end", "status", "user_agent",
-            "concurrent", "client", "bytes_sent", "complete", "duration"} <= set(rows[0])
+    assert {
+        "ts",
+        "origin",
+        "label",
+        "path",
+        "resource",
+        "method",
+        "start",
+        "end",
+        "status",
+        "user_agent",
+        "concurrent",
+        "client",
+        "bytes_sent",
+        "complete",
+        "duration",
+    } <= set(rows[0])
     assert rows[0]["origin"] == web.origins["a"] and rows[0]["user_agent"] == UA
 
     live = tmp_path / "live.jsonl"
@@ -262,8 +284,7 @@ def test_many_origins_start_fast_and_addresses_skip_broadcast_octets() -> None:
 
     few = {f"p{i}": Site() for i in range(4)}
     with LocalWeb(few, first_address="127.0.0.253") as web:
-        assert [web.addresses[f"p{i}"][0] for i in range(4)] == ["127.0.0.253", "127.0.0.254", "127.0.1.1",
-                                                                 "127.0.1.2"]
+        assert [web.addresses[f"p{i}"][0] for i in range(4)] == ["127.0.0.253", "127.0.0.254", "127.0.1.1", "127.0.1.2"]
         assert get(web.url("p2"))[0] == 404
 
 
@@ -279,8 +300,9 @@ def test_rejects_non_loopback_and_unknown_placeholders() -> None:
 
 def tiny_model() -> WebModel:
     """A hand-made web whose answer is known: every kind of link that must or must not be followed."""
-    a_root = [LinkSpec(("a", p)) for p in ("/x", "/private/p", "/private/open", "/meta", "/gone", "/redir",
-                                           "/cal/2024/01")]
+    a_root = [
+        LinkSpec(("a", p)) for p in ("/x", "/private/p", "/private/open", "/meta", "/gone", "/redir", "/cal/2024/01")
+    ]
     a_root += [LinkSpec(("a", "/nf"), nofollow=True), LinkSpec(("b", "/")), LinkSpec(("c", "/"))]
     pages: dict[Key, PageSpec] = {
         ("a", "/"): PageSpec(links=a_root),
@@ -306,23 +328,35 @@ def tiny_model() -> WebModel:
         "b": RobotsSpec("redirect", "User-agent: *\nDisallow: /secret\n", ("a", "/shared/robots-b.txt")),
         "c": RobotsSpec("unavailable"),
     }
-    return WebModel(origins=["a", "b", "c"], pages=pages, robots=robots, seeds=[("a", "/")],
-                    traps={"a": "/cal"})
+    return WebModel(origins=["a", "b", "c"], pages=pages, robots=robots, seeds=[("a", "/")], traps={"a": "/cal"})
 
 
 def test_oracle_of_a_hand_made_web_is_the_known_answer() -> None:
     oracle = oracle_for(tiny_model())
     assert oracle.reachable_allowed == {
-        ("a", "/"), ("a", "/x"), ("a", "/y"), ("a", "/mirror"), ("a", "/private/open"), ("a", "/meta"),
-        ("a", "/gone"), ("a", "/redir"), ("b", "/"), ("b", "/public"), ("b", "/landing"),
+        ("a", "/"),
+        ("a", "/x"),
+        ("a", "/y"),
+        ("a", "/mirror"),
+        ("a", "/private/open"),
+        ("a", "/meta"),
+        ("a", "/gone"),
+        ("a", "/redir"),
+        ("b", "/"),
+        ("b", "/public"),
+        ("b", "/landing"),
     }
     assert oracle.blocked == {("a", "/private/p"), ("b", "/secret"), ("c", "/")}
     assert oracle.disallowed == {("a", "/private/p"), ("b", "/secret"), ("c", "/"), ("c", "/more")}
     assert oracle.broken == {("a", "/gone")}
     assert oracle.trap_entries == {("a", "/cal/2024/01")}
     assert oracle.robots_unavailable == {"c"} and oracle.robots_redirects == {"b": ("a", "/shared/robots-b.txt")}
-    assert oracle.robots_fetches == {("a", "/robots.txt"), ("b", "/robots.txt"), ("c", "/robots.txt"),
-                                     ("a", "/shared/robots-b.txt")}
+    assert oracle.robots_fetches == {
+        ("a", "/robots.txt"),
+        ("b", "/robots.txt"),
+        ("c", "/robots.txt"),
+        ("a", "/shared/robots-b.txt"),
+    }
 
 
 def test_reference_crawl_of_the_hand_made_web_matches_its_oracle() -> None:
@@ -357,8 +391,20 @@ def test_random_web_is_deterministic_and_varied() -> None:
     assert len(oracle1.reachable_allowed) > 60 and len(oracle1.blocked) > 0
     assert len(set(bodies)) < len(bodies)
     html = b"".join(bodies)
-    for marker in (b"|upper}}", b"|port}}", b"//{{host:", b"../", b"./", b"%7E", b"utm_", b"#", b"nofollow",
-                   b'<meta name="', b"<base href", b"&amp;"):
+    for marker in (
+        b"|upper}}",
+        b"|port}}",
+        b"//{{host:",
+        b"../",
+        b"./",
+        b"%7E",
+        b"utm_",
+        b"#",
+        b"nofollow",
+        b'<meta name="',
+        b"<base href",
+        b"&amp;",
+    ):
         assert marker in html, marker
     model = random_model(7, origins=3, pages_per_origin=5, links_per_page=2)
     assert len(model.pages) == 15 and model.robots["site0"].kind != "unavailable"
@@ -368,8 +414,9 @@ def test_sample_web_has_the_promised_features() -> None:
     sites = sample_web()
     oracle = sample_oracle()
     assert len(sites) == 4 and 35 <= sum(len(s.pages) for s in sites.values()) <= 45
-    assert any(p.status == 301 and "{{origin:news}}" in p.headers.get("Location", "")
-               for p in sites["blog"].pages.values())
+    assert any(
+        p.status == 301 and "{{origin:news}}" in p.headers.get("Location", "") for p in sites["blog"].pages.values()
+    )
     assert sites["shop"].trap is not None and sites["news"].robots is not None
     assert sites["docs"].pages["/v1/guide"].body == sites["docs"].pages["/latest/guide"].body
     assert ("news", "/drafts/budget-leak") in oracle.blocked
@@ -384,10 +431,22 @@ def test_sample_web_has_the_promised_features() -> None:
 
 
 def test_robots_matcher_follows_rfc9309() -> None:
-    text = ("User-agent: otherbot\nDisallow: /\n\nUser-agent: *\nDisallow: /a/\nAllow: /a/b\nDisallow: /*?sort=\n"
-            "Disallow: /*/print$\nDisallow: /%7Ealice/\nDisallow: /t\nAllow: /t\n")
-    cases = {"/a/x": False, "/a/b": True, "/a/bc": True, "/list?sort=1": False, "/list?page=1": True,
-             "/x/print": False, "/x/printable": True, "/~alice/notes": False, "/t": True, "/robots.txt": True}
+    text = (
+        "User-agent: otherbot\nDisallow: /\n\nUser-agent: *\nDisallow: /a/\nAllow: /a/b\nDisallow: /*?sort=\n"
+        "Disallow: /*/print$\nDisallow: /%7Ealice/\nDisallow: /t\nAllow: /t\n"
+    )
+    cases = {
+        "/a/x": False,
+        "/a/b": True,
+        "/a/bc": True,
+        "/list?sort=1": False,
+        "/list?page=1": True,
+        "/x/print": False,
+        "/x/printable": True,
+        "/~alice/notes": False,
+        "/t": True,
+        "/robots.txt": True,
+    }
     for path, allowed in cases.items():
         assert robots_allowed(text, UA, path) is allowed, path
     own = "User-agent: *\nDisallow: /\n\nUser-agent: HostRing\nDisallow: /x\n"
@@ -416,8 +475,12 @@ def test_robots_matcher_agrees_with_protego_on_generated_files() -> None:
 
 
 def test_cli_serves_until_interrupted() -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "hostring_testing", "--seed", "1", "--origins", "2"],
-                            stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[1])
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hostring_testing", "--seed", "1", "--origins", "2"],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],
+    )
     try:
         assert proc.stdout is not None
         lines = [proc.stdout.readline() for _ in range(3)]

@@ -179,8 +179,9 @@ def test_memory_backend_outlives_one_membership(clock: VirtualClock) -> None:
     assert again.epoch == 1 and set(again.ring().members) == {"a"}
 
 
-def test_redis_membership_survives_a_restart(redis_client: redis.Redis, redis_namespace: str,
-                                            clock: VirtualClock) -> None:
+def test_redis_membership_survives_a_restart(
+    redis_client: redis.Redis, redis_namespace: str, clock: VirtualClock
+) -> None:
     ns = redis_namespace
     first = Membership(clock, heartbeat_timeout_s=TIMEOUT, backend=RedisBackend(redis_client, ns))
     first.register("a", "h:1")
@@ -206,8 +207,7 @@ def test_redis_membership_survives_a_restart(redis_client: redis.Redis, redis_na
     assert third.epoch == 6 and set(third.ring().members) == {"a", "d"}
 
 
-def test_redis_epoch_floor_and_namespaces(redis_client: redis.Redis, redis_namespace: str,
-                                          clock: VirtualClock) -> None:
+def test_redis_epoch_floor_and_namespaces(redis_client: redis.Redis, redis_namespace: str, clock: VirtualClock) -> None:
     ns = redis_namespace
     ms = Membership(clock, heartbeat_timeout_s=TIMEOUT, backend=RedisBackend(redis_client, ns))
     ms.register("a", "h:1", known_epoch=10**15)  # large enough that Lua would print it as 1e+15
@@ -217,8 +217,9 @@ def test_redis_epoch_floor_and_namespaces(redis_client: redis.Redis, redis_names
     assert other.epoch == 0 and len(other.ring()) == 0
 
 
-def test_redis_backend_reads_decoded_clients(redis_url: str, redis_client: redis.Redis, redis_namespace: str,
-                                             clock: VirtualClock) -> None:
+def test_redis_backend_reads_decoded_clients(
+    redis_url: str, redis_client: redis.Redis, redis_namespace: str, clock: VirtualClock
+) -> None:
     ns = redis_namespace  # redis_client deletes the namespace afterwards
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     try:

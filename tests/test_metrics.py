@@ -146,8 +146,13 @@ def test_crawl_metrics_during_and_after(web: LocalWeb, tmp_path: Path, processes
     port = free_port_pair()
     out = tmp_path / "crawl"
     scope = scope_file(web, tmp_path / "scope.txt")
-    cmd = crawl_cmd(sample_oracle().seed_urls(web), out, delay=DELAY, scope=scope,
-                    extra=["--metrics-port", str(port), "--max-pages-per-host", "60", "--max-depth", "12"])
+    cmd = crawl_cmd(
+        sample_oracle().seed_urls(web),
+        out,
+        delay=DELAY,
+        scope=scope,
+        extra=["--metrics-port", str(port), "--max-pages-per-host", "60", "--max-depth", "12"],
+    )
     crawl = CrawlProcess(cmd, out, tmp_path / "logs").start()
     processes.append(crawl)
     worker_series: list[Scrape] = []
@@ -174,12 +179,16 @@ def test_crawl_metrics_during_and_after(web: LocalWeb, tmp_path: Path, processes
     last_w, last_n = worker_series[-1], node_series[-1]
     assert value(last_w, "hostring_fetch_outcomes_total", outcome="2xx") <= fetched_2xx(report) + len(web.origins)
     assert value(last_n, "hostring_urls", state="fetched") <= report["by_state"]["fetched"] + robots_items(
-        report, "fetched")
+        report, "fetched"
+    )
     assert value(last_n, "hostring_links_discovered_total", verdict="admitted") <= report["admitted"]
 
     # After: a node reopened on the finished store holds exactly the report's states (robots items included).
-    node, node_port = serve(["node", "--store", f"sqlite:///{out / 'frontier.sqlite3'}", "--listen", "127.0.0.1:0",
-                             "--metrics-port", "0"], tmp_path, "reopened")
+    node, node_port = serve(
+        ["node", "--store", f"sqlite:///{out / 'frontier.sqlite3'}", "--listen", "127.0.0.1:0", "--metrics-port", "0"],
+        tmp_path,
+        "reopened",
+    )
     processes.append(node)
     with grpc.insecure_channel(f"127.0.0.1:{node_port}") as channel:
         stats = pb_grpc.FrontierStub(channel).Stats(pb.StatsRequest(), timeout=10)  # type: ignore[no-untyped-call]
@@ -194,19 +203,46 @@ def test_crawl_metrics_during_and_after(web: LocalWeb, tmp_path: Path, processes
 # ============================================================================================== cluster
 
 
-def test_cluster_metrics_agree_with_reports(web: LocalWeb, tmp_path: Path, empty_redis: str,
-                                            processes: list[CrawlProcess]) -> None:
-    coord, coord_port = serve(["coordinator", "--listen", "127.0.0.1:0", "--heartbeat-timeout", "5",
-                               "--metrics-port", "0"], tmp_path, "coordinator")
+def test_cluster_metrics_agree_with_reports(
+    web: LocalWeb, tmp_path: Path, empty_redis: str, processes: list[CrawlProcess]
+) -> None:
+    coord, coord_port = serve(
+        ["coordinator", "--listen", "127.0.0.1:0", "--heartbeat-timeout", "5", "--metrics-port", "0"],
+        tmp_path,
+        "coordinator",
+    )
     processes.append(coord)
     coord_addr = f"127.0.0.1:{coord_port}"
     nodes: dict[str, tuple[str, int]] = {}
     scope = scope_file(web, tmp_path / "scope.txt")
     for node_id in ("node-a", "node-b"):
-        proc, port = serve(["node", "--coordinator", coord_addr, "--id", node_id, "--store", empty_redis,
-                            "--listen", "127.0.0.1:0", "--delay", str(DELAY), "--scope", "list", "--scope-file",
-                            str(scope), "--max-pages-per-host", "60",
-                            "--max-depth", "12", "--metrics-port", "0"], tmp_path, node_id)
+        proc, port = serve(
+            [
+                "node",
+                "--coordinator",
+                coord_addr,
+                "--id",
+                node_id,
+                "--store",
+                empty_redis,
+                "--listen",
+                "127.0.0.1:0",
+                "--delay",
+                str(DELAY),
+                "--scope",
+                "list",
+                "--scope-file",
+                str(scope),
+                "--max-pages-per-host",
+                "60",
+                "--max-depth",
+                "12",
+                "--metrics-port",
+                "0",
+            ],
+            tmp_path,
+            node_id,
+        )
         processes.append(proc)
         nodes[node_id] = (f"127.0.0.1:{port}", _metrics_port(proc))
     coord_metrics = _metrics_port(coord)
@@ -223,12 +259,28 @@ def test_cluster_metrics_agree_with_reports(web: LocalWeb, tmp_path: Path, empty
     assert value(coord_scrape, "hostring_ring_epoch") >= 2
 
     worker_port = free_port_pair()
-    worker = CrawlProcess(hostring_cmd("worker", "--coordinator", coord_addr, "--id", "w1", "--allow-network",
-                                       "127.0.0.0/8", "--user-agent", UA, "--metrics-port", str(worker_port)),
-                          None, tmp_path, "worker").start()
+    worker = CrawlProcess(
+        hostring_cmd(
+            "worker",
+            "--coordinator",
+            coord_addr,
+            "--id",
+            "w1",
+            "--allow-network",
+            "127.0.0.0/8",
+            "--user-agent",
+            UA,
+            "--metrics-port",
+            str(worker_port),
+        ),
+        None,
+        tmp_path,
+        "worker",
+    ).start()
     processes.append(worker)
-    seeded = CrawlProcess(hostring_cmd("seed", "--coordinator", coord_addr, *sample_oracle().seed_urls(web)), None,
-                          tmp_path, "seed").start()
+    seeded = CrawlProcess(
+        hostring_cmd("seed", "--coordinator", coord_addr, *sample_oracle().seed_urls(web)), None, tmp_path, "seed"
+    ).start()
     assert seeded.wait(60) == 0, seeded.output()
 
     def drained() -> bool:
@@ -265,7 +317,8 @@ def test_cluster_metrics_agree_with_reports(web: LocalWeb, tmp_path: Path, empty
     assert total("hostring_links_discovered_total", verdict="admitted") == sum(r["admitted"] for r in reports)
     page_2xx = sum(fetched_2xx(r) for r in reports)
     assert value(w, "hostring_fetch_outcomes_total", outcome="2xx") == page_2xx + total(
-        "hostring_robots_fetches_total", status_class="2xx")
+        "hostring_robots_fetches_total", status_class="2xx"
+    )
     assert value(w, "hostring_fetch_duration_seconds_count") == value(w, "hostring_fetch_bytes_count")
     assert value(w, "hostring_fetches_in_flight") == 0
     assert total("hostring_owned_domains") == len(web.origins)  # IP-literal hosts: one domain per origin

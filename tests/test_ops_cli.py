@@ -51,8 +51,9 @@ def run(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> s
     """A `hostring` command to its end; stdout and stderr captured."""
     full_env = {k: v for k, v in os.environ.items() if k != "HOSTRING_ADMIN_TOKEN"}
     full_env.update(env or {})
-    return subprocess.run(hostring_cmd(*args), capture_output=True, text=True, timeout=timeout, check=False,
-                          env=full_env)
+    return subprocess.run(
+        hostring_cmd(*args), capture_output=True, text=True, timeout=timeout, check=False, env=full_env
+    )
 
 
 def ok(*args: str, env: dict[str, str] | None = None) -> str:
@@ -66,7 +67,8 @@ def seed_hosts(address: str) -> None:
     urls = ["http://a.example/", "http://a.example/2", "http://b.example/", "http://www.b.example/"]
     with grpc.insecure_channel(address) as channel:
         pb_grpc.FrontierStub(channel).Discover(  # type: ignore[no-untyped-call]
-            pb.DiscoverRequest(links=[pb.Link(observed=u, seed=True) for u in urls]), timeout=10)
+            pb.DiscoverRequest(links=[pb.Link(observed=u, seed=True) for u in urls]), timeout=10
+        )
 
 
 def get_host(address: str, host: str) -> pb.HostInfo:
@@ -80,8 +82,21 @@ def get_host(address: str, host: str) -> pb.HostInfo:
 def test_hosts_commands_against_a_node(tmp_path: Path, processes: list[CrawlProcess]) -> None:
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN)
-    node, port = serve(["node", "--store", f"sqlite:///{tmp_path / 'n.sqlite3'}", "--listen", "127.0.0.1:0",
-                        "--id", "node-ops", "--admin-token-file", str(token_file)], tmp_path, "node")
+    node, port = serve(
+        [
+            "node",
+            "--store",
+            f"sqlite:///{tmp_path / 'n.sqlite3'}",
+            "--listen",
+            "127.0.0.1:0",
+            "--id",
+            "node-ops",
+            "--admin-token-file",
+            str(token_file),
+        ],
+        tmp_path,
+        "node",
+    )
     processes.append(node)
     addr = f"127.0.0.1:{port}"
     seed_hosts(addr)
@@ -105,14 +120,39 @@ def test_hosts_commands_against_a_node(tmp_path: Path, processes: list[CrawlProc
     assert not get_host(addr, "a.example").paused
     paused = ok("hosts", "pause", "a.example", "--node", addr, "--admin-token-file", str(token_file))
     assert "paused        yes" in paused and get_host(addr, "a.example").paused
-    resumed = json.loads(ok("hosts", "resume", "a.example", "--node", addr, "--json",
-                            env={"HOSTRING_ADMIN_TOKEN": TOKEN}))
+    resumed = json.loads(
+        ok("hosts", "resume", "a.example", "--node", addr, "--json", env={"HOSTRING_ADMIN_TOKEN": TOKEN})
+    )
     assert resumed["paused"] is False and not get_host(addr, "a.example").paused
-    policy = json.loads(ok("hosts", "policy", "b.example", "--node", addr, "--delay", "2.5", "--concurrency", "2",
-                           "--json", env={"HOSTRING_ADMIN_TOKEN": TOKEN}))
+    policy = json.loads(
+        ok(
+            "hosts",
+            "policy",
+            "b.example",
+            "--node",
+            addr,
+            "--delay",
+            "2.5",
+            "--concurrency",
+            "2",
+            "--json",
+            env={"HOSTRING_ADMIN_TOKEN": TOKEN},
+        )
+    )
     assert (policy["min_delay_s"], policy["concurrency"]) == (2.5, 2)
-    only_delay = json.loads(ok("hosts", "policy", "b.example", "--node", addr, "--delay", "0.5", "--json",
-                               env={"HOSTRING_ADMIN_TOKEN": TOKEN}))
+    only_delay = json.loads(
+        ok(
+            "hosts",
+            "policy",
+            "b.example",
+            "--node",
+            addr,
+            "--delay",
+            "0.5",
+            "--json",
+            env={"HOSTRING_ADMIN_TOKEN": TOKEN},
+        )
+    )
     assert (only_delay["min_delay_s"], only_delay["concurrency"]) == (0.5, 2), "flags not given stay as they are"
     assert run("hosts", "policy", "b.example", "--node", addr).returncode != 0  # nothing to set
     missing = run("hosts", "show", "nowhere.example", "--node", addr)
@@ -150,15 +190,20 @@ def test_json_formatter_carries_exceptions() -> None:
 # ============================================================================================== status, via the ring
 
 
-def test_status_and_hosts_through_the_coordinator(tmp_path: Path, empty_redis: str,
-                                                 processes: list[CrawlProcess]) -> None:
-    coord, coord_port = serve(["coordinator", "--listen", "127.0.0.1:0", "--heartbeat-timeout", "5"], tmp_path,
-                              "coordinator")
+def test_status_and_hosts_through_the_coordinator(
+    tmp_path: Path, empty_redis: str, processes: list[CrawlProcess]
+) -> None:
+    coord, coord_port = serve(
+        ["coordinator", "--listen", "127.0.0.1:0", "--heartbeat-timeout", "5"], tmp_path, "coordinator"
+    )
     processes.append(coord)
     coord_addr = f"127.0.0.1:{coord_port}"
     for node_id in ("node-1", "node-2"):
-        proc, _ = serve(["node", "--coordinator", coord_addr, "--id", node_id, "--store", empty_redis, "--listen",
-                         "127.0.0.1:0"], tmp_path, node_id)
+        proc, _ = serve(
+            ["node", "--coordinator", coord_addr, "--id", node_id, "--store", empty_redis, "--listen", "127.0.0.1:0"],
+            tmp_path,
+            node_id,
+        )
         processes.append(proc)
 
     def ring() -> cpb.RingState:
@@ -196,8 +241,13 @@ def test_status_and_hosts_through_the_coordinator(tmp_path: Path, empty_redis: s
 def test_report_from_store_agrees_with_report_json(tmp_path: Path, processes: list[CrawlProcess]) -> None:
     with LocalWeb(sample_web()) as web:
         out = tmp_path / "crawl"
-        cmd = crawl_cmd(sample_oracle().seed_urls(web), out, delay=0.05, scope=scope_file(web, tmp_path / "s.txt"),
-                        extra=["--max-pages-per-host", "60", "--max-depth", "12"])
+        cmd = crawl_cmd(
+            sample_oracle().seed_urls(web),
+            out,
+            delay=0.05,
+            scope=scope_file(web, tmp_path / "s.txt"),
+            extra=["--max-pages-per-host", "60", "--max-depth", "12"],
+        )
         crawl = CrawlProcess(cmd, out, tmp_path / "logs").start()
         processes.append(crawl)
         store = f"sqlite:///{out / 'frontier.sqlite3'}"
@@ -243,8 +293,16 @@ def test_report_from_store_agrees_with_report_json(tmp_path: Path, processes: li
 
 
 HELP = {
-    "node": ["--store", "--listen", "--coordinator", "--tls-cert", "--tls-key", "--tls-ca", "--admin-token-file",
-             "--metrics-port"],
+    "node": [
+        "--store",
+        "--listen",
+        "--coordinator",
+        "--tls-cert",
+        "--tls-key",
+        "--tls-ca",
+        "--admin-token-file",
+        "--metrics-port",
+    ],
     "crawl": ["--out", "--scope", "--allow-network", "--resume", "--metrics-port"],
     "demo": ["--out", "--delay"],
     "coordinator": ["--listen", "--redis", "--tls-cert", "--tls-ca", "--admin-token-file", "--metrics-port"],

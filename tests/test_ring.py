@@ -46,10 +46,22 @@ print(json.dumps([ring.owner(d).node_id for d in spec["domains"]]))
 
 def _owners_in_subprocess(hash_seed: str, shuffle: int, members: list[Member], domains: list[str]) -> list[str]:
     env = {**os.environ, "PYTHONHASHSEED": hash_seed, "PYTHONPATH": str(ROOT)}
-    spec = {"epoch": 7, "members": [[m.node_id, m.address, m.weight] for m in members], "domains": domains,
-            "shuffle": shuffle}
-    out = subprocess.run([sys.executable, "-c", _OWNERS_SCRIPT], input=json.dumps(spec), capture_output=True,
-                         text=True, env=env, cwd=ROOT, timeout=60, check=True)
+    spec = {
+        "epoch": 7,
+        "members": [[m.node_id, m.address, m.weight] for m in members],
+        "domains": domains,
+        "shuffle": shuffle,
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", _OWNERS_SCRIPT],
+        input=json.dumps(spec),
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=60,
+        check=True,
+    )
     owners: list[str] = json.loads(out.stdout)
     return owners
 

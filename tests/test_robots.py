@@ -240,9 +240,7 @@ def test_an_encoded_slash_is_not_a_slash() -> None:
 
 
 def test_query_strings_are_matched() -> None:
-    rec = parsed(
-        "User-agent: *\nDisallow: /*?sid=\nDisallow: /*&token=\nDisallow: /search?q=\nAllow: /search?q=ok\n"
-    )
+    rec = parsed("User-agent: *\nDisallow: /*?sid=\nDisallow: /*&token=\nDisallow: /search?q=\nAllow: /search?q=ok\n")
     assert not rec.allowed("/cart?sid=42")
     assert rec.allowed("/cart?x=1&sid=42")  # "?sid=" is literal: here it is "&sid="
     assert not rec.allowed("/cart?x=1&token=7")  # "*" crosses from the path into the query
@@ -374,8 +372,23 @@ _GROUP_LINES = st.one_of(
         st.sampled_from(["Allow: {}", "Disallow: {}", "disalow: {}", "disallow {}", "Disallow:", "Allow: {} # x"]),
         st.sampled_from(["/", "/a", "/b/", "/a*", "/b$"]),
     ),
-    st.sampled_from(["Crawl-delay: 3", "crawl delay 5", "Crawl-delay: x", "Sitemap: http://x/s.xml", "Host: x.example",
-                     "foo: bar", "foo:bar", "just words", "# comment", "", ":", ": x", "Request-rate: 1/5"]),
+    st.sampled_from(
+        [
+            "Crawl-delay: 3",
+            "crawl delay 5",
+            "Crawl-delay: x",
+            "Sitemap: http://x/s.xml",
+            "Host: x.example",
+            "foo: bar",
+            "foo:bar",
+            "just words",
+            "# comment",
+            "",
+            ":",
+            ": x",
+            "Request-rate: 1/5",
+        ]
+    ),
 )
 
 
@@ -411,9 +424,7 @@ def test_repeated_groups_for_our_token_merge() -> None:
 
 
 def test_a_shared_group_lists_several_agents() -> None:
-    rec = parsed(
-        "User-agent: otherbot\nUser-agent: hostring\nDisallow: /shared\n\nUser-agent: *\nDisallow: /\n"
-    )
+    rec = parsed("User-agent: otherbot\nUser-agent: hostring\nDisallow: /shared\n\nUser-agent: *\nDisallow: /\n")
     assert not rec.allowed("/shared")
     assert rec.allowed("/page")
 
@@ -551,9 +562,7 @@ def test_to_dict_from_dict_round_trip_gives_the_same_answers() -> None:
         assert again.allowed(url) == rec.allowed(url), url
 
 
-@pytest.mark.parametrize(
-    ("status", "error_class"), [(404, ""), (503, ""), (0, "timeout"), (429, ""), (308, "")]
-)
+@pytest.mark.parametrize(("status", "error_class"), [(404, ""), (503, ""), (0, "timeout"), (429, ""), (308, "")])
 def test_round_trip_of_verdict_records(status: int, error_class: str) -> None:
     rec = policy().from_outcome(ORIGIN, status=status, body=b"x", error_class=error_class, now=NOW)
     again = RobotsRecord.from_dict(json.loads(json.dumps(rec.to_dict())))
@@ -596,9 +605,7 @@ def test_from_dict_accepts_integral_times() -> None:
     delay=st.one_of(st.none(), st.floats(min_value=0, max_value=100, allow_nan=False)),
     paths=st.lists(st.text(alphabet="ab/?=*$%2F", max_size=8).map(lambda p: "/" + p), max_size=6),
 )
-def test_round_trip_property(
-    rules: list[tuple[str, str]], agent: str, delay: float | None, paths: list[str]
-) -> None:
+def test_round_trip_property(rules: list[tuple[str, str]], agent: str, delay: float | None, paths: list[str]) -> None:
     lines = [f"User-agent: {agent}"] + [f"{k}: {p}" for k, p in rules]
     if delay is not None:
         lines.append(f"Crawl-delay: {delay}")

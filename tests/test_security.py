@@ -70,8 +70,9 @@ def _ca(d: Path, name: str) -> None:
 
 
 def _leaf(d: Path, name: str, ca: str) -> None:
-    (d / f"{name}.ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n"
-                                   "extendedKeyUsage=serverAuth,clientAuth\nbasicConstraints=CA:FALSE\n")
+    (d / f"{name}.ext").write_text(
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\nbasicConstraints=CA:FALSE\n"
+    )
     _openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", f"{name}.key",
              "-out", f"{name}.csr", "-subj", f"/CN={name}", cwd=d)  # fmt: skip
     _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.crt", "-CAkey", f"{ca}.key", "-CAcreateserial",
@@ -100,8 +101,11 @@ def free_port() -> int:
 def health(address: str, tls: TlsConfig = INSECURE, service: str = "") -> int:
     """The health service's answer for `service` ('' = the whole server)."""
     with tls.channel(address) as channel:
-        return int(health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=service),
-                                                             timeout=RPC_S).status)
+        return int(
+            health_pb2_grpc.HealthStub(channel)
+            .Check(health_pb2.HealthCheckRequest(service=service), timeout=RPC_S)
+            .status
+        )
 
 
 def refused(call: Callable[[], object]) -> grpc.StatusCode:
@@ -145,8 +149,20 @@ def test_tls_config_refuses_half_settings(tmp_path: Path, pki: Pki) -> None:
 def test_node_mtls_and_admin_token(tmp_path: Path, pki: Pki, processes: list[CrawlProcess]) -> None:
     token_file = tmp_path / "admin-token"
     token_file.write_text(TOKEN + "\n")
-    node, port = serve(["node", "--store", f"sqlite:///{tmp_path / 'n.sqlite3'}", "--listen", "127.0.0.1:0",
-                        "--admin-token-file", str(token_file), *pki.flags()], tmp_path, "node")
+    node, port = serve(
+        [
+            "node",
+            "--store",
+            f"sqlite:///{tmp_path / 'n.sqlite3'}",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-token-file",
+            str(token_file),
+            *pki.flags(),
+        ],
+        tmp_path,
+        "node",
+    )
     processes.append(node)
     addr = f"127.0.0.1:{port}"
     good = pki.client()
@@ -185,8 +201,9 @@ def test_node_mtls_and_admin_token(tmp_path: Path, pki: Pki, processes: list[Cra
         assert stub.Stats(pb.StatsRequest(), timeout=RPC_S).hosts == 1
 
 
-def test_node_without_token_leaves_admin_calls_open(tmp_path: Path, processes: list[CrawlProcess],
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_node_without_token_leaves_admin_calls_open(
+    tmp_path: Path, processes: list[CrawlProcess], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("HOSTRING_ADMIN_TOKEN", raising=False)
     node, port = serve(["node", "--store", "memory://", "--listen", "127.0.0.1:0"], tmp_path, "node")
     processes.append(node)
@@ -200,14 +217,29 @@ def test_node_without_token_leaves_admin_calls_open(tmp_path: Path, processes: l
 # ============================================================================================== cluster
 
 
-def test_coordinator_mtls_token_and_node_readiness(tmp_path: Path, pki: Pki, processes: list[CrawlProcess],
-                                                   empty_redis: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_coordinator_mtls_token_and_node_readiness(
+    tmp_path: Path, pki: Pki, processes: list[CrawlProcess], empty_redis: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A clustered node is NOT_SERVING until it holds a ring; it joins a TLS coordinator with the token."""
     monkeypatch.setenv("HOSTRING_ADMIN_TOKEN", TOKEN)  # inherited by both processes
     coord_port = free_port()
     coord_addr = f"127.0.0.1:{coord_port}"
-    node, node_port = serve(["node", "--coordinator", coord_addr, "--id", "node-tls", "--store", empty_redis,
-                             "--listen", "127.0.0.1:0", *pki.flags()], tmp_path, "node")
+    node, node_port = serve(
+        [
+            "node",
+            "--coordinator",
+            coord_addr,
+            "--id",
+            "node-tls",
+            "--store",
+            empty_redis,
+            "--listen",
+            "127.0.0.1:0",
+            *pki.flags(),
+        ],
+        tmp_path,
+        "node",
+    )
     processes.append(node)
     node_addr = f"127.0.0.1:{node_port}"
     good = pki.client()
@@ -218,8 +250,9 @@ def test_coordinator_mtls_token_and_node_readiness(tmp_path: Path, pki: Pki, pro
         assert health(node_addr, good, "hostring.v1.Frontier") == NOT_SERVING
         time.sleep(0.2)
 
-    coord, port = serve(["coordinator", "--listen", coord_addr, "--heartbeat-timeout", "3", *pki.flags()],
-                        tmp_path, "coordinator")
+    coord, port = serve(
+        ["coordinator", "--listen", coord_addr, "--heartbeat-timeout", "3", *pki.flags()], tmp_path, "coordinator"
+    )
     processes.append(coord)
     assert port == coord_port
     wait_until(lambda: health(node_addr, good) == SERVING, 20.0, "the node to own its slice")
@@ -247,15 +280,30 @@ def test_coordinator_mtls_token_and_node_readiness(tmp_path: Path, pki: Pki, pro
         assert stub.Leave(cpb.LeaveRequest(node_id="intruder"), timeout=RPC_S, metadata=admin_metadata(TOKEN)).left
 
     # The status command speaks mTLS too.
-    done = subprocess.run(hostring_cmd("status", "--coordinator", coord_addr, *pki.flags()), capture_output=True,
-                          text=True, timeout=60, check=False)
+    done = subprocess.run(
+        hostring_cmd("status", "--coordinator", coord_addr, *pki.flags()),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert "node-tls" in done.stdout and "unreachable" not in done.stdout
     # Links routed as a worker routes them (ring from the coordinator, then the owning node), over mTLS.
-    seeded = subprocess.run(hostring_cmd("seed", "--coordinator", coord_addr, *pki.flags(), "http://a.example/"),
-                            capture_output=True, text=True, timeout=60, check=False)
+    seeded = subprocess.run(
+        hostring_cmd("seed", "--coordinator", coord_addr, *pki.flags(), "http://a.example/"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert seeded.returncode == 0 and "seeded 1 URL" in seeded.stdout, seeded.stderr
     assert stats(node_addr, good).hosts == 1
-    plain_status = subprocess.run(hostring_cmd("status", "--coordinator", coord_addr, "--timeout", "2"),
-                                  capture_output=True, text=True, timeout=60, check=False)
+    plain_status = subprocess.run(
+        hostring_cmd("status", "--coordinator", coord_addr, "--timeout", "2"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert plain_status.returncode == 1 and "UNAVAILABLE" in plain_status.stderr

@@ -679,9 +679,12 @@ def test_public_suffix_list_loads_without_network() -> None:
 
 @settings(max_examples=200, deadline=None)
 @given(
-    ref=st.sampled_from(["/a", "/a/../b", "b", "../c", "?q=1", "#top", "/a#x", "http://h.example/z#f",
-                         "//other.example/p", "", "./d;p"]),
-    page1=st.sampled_from(["http://h.example/", "http://h.example/x/y", "http://h.example/x/y?z", "https://h.example/"]),
+    ref=st.sampled_from(
+        ["/a", "/a/../b", "b", "../c", "?q=1", "#top", "/a#x", "http://h.example/z#f", "//other.example/p", "", "./d;p"]
+    ),
+    page1=st.sampled_from(
+        ["http://h.example/", "http://h.example/x/y", "http://h.example/x/y?z", "https://h.example/"]
+    ),
     page2=st.sampled_from(["http://h.example/", "http://h.example/x/y", "http://h.example/q/", "https://h.example/"]),
 )
 def test_equal_reference_keys_mean_equal_fetch_keys(ref: str, page1: str, page2: str) -> None:

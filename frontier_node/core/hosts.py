@@ -51,8 +51,10 @@ class Host:
         return len(self.items) + self.overflow
 
     def has_work(self) -> bool:
-        return bool(self.items) or self.overflow > 0 or any(
-            it.state.value == "scheduled" for it in self.robots_items.values()
+        return (
+            bool(self.items)
+            or self.overflow > 0
+            or any(it.state.value == "scheduled" for it in self.robots_items.values())
         )
 
     # ------------------------------------------------------------------ queue

@@ -15,16 +15,37 @@ ADMIT_FIELDS = ("url", "host", "origin", "domain", "kind", "depth", "priority", 
 def pack_admit(item: Item) -> str:
     """The `data` of an admit line (and of lines that move an item elsewhere): what replay needs to rebuild it."""
     return "\t".join(
-        (item.url, item.host, item.origin, item.domain, str(int(item.kind)), str(item.depth),
-         str(item.priority), str(item.seq), str(item.redirect_hops), item.source)
+        (
+            item.url,
+            item.host,
+            item.origin,
+            item.domain,
+            str(int(item.kind)),
+            str(item.depth),
+            str(item.priority),
+            str(item.seq),
+            str(item.redirect_hops),
+            item.source,
+        )
     )
 
 
 def unpack_admit(key: str, data: str) -> Item:
     """Rebuild a fresh (discovered) item from the `data` of its admit line."""
     url, host, origin, domain, kind, depth, priority, seq, hops, source = data.split("\t")
-    return Item(key=key, url=url, host=host, origin=origin, domain=domain, kind=Kind(int(kind)),
-                depth=int(depth), priority=int(priority), seq=int(seq), redirect_hops=int(hops), source=source)
+    return Item(
+        key=key,
+        url=url,
+        host=host,
+        origin=origin,
+        domain=domain,
+        kind=Kind(int(kind)),
+        depth=int(depth),
+        priority=int(priority),
+        seq=int(seq),
+        redirect_hops=int(hops),
+        source=source,
+    )
 
 
 @dataclass(slots=True)

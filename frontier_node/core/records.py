@@ -8,12 +8,6 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
 from frontier_node.core.states import State
-from hostring.urls import ROBOTS_PREFIX as ROBOTS_PREFIX
-from hostring.urls import domain_of
-
-# Old names for what now lives in hostring.urls, kept while core/frontier.py (ROBOTS_PREFIX) and service.py
-# (key_domain) still import them from here; both go once those import hostring.urls themselves.
-key_domain = domain_of
 
 
 class Kind(enum.IntEnum):

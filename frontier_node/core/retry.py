@@ -24,8 +24,19 @@ class Disposition(NamedTuple):
 
 # Transport errors worth another try: the server or the path to it may recover.
 RETRYABLE_ERRORS = frozenset(
-    {"timeout", "connect_timeout", "read_timeout", "write_timeout", "total_timeout", "connect_error",
-     "dns_error", "network_error", "protocol_error", "tls_error", "worker_shutdown"}
+    {
+        "timeout",
+        "connect_timeout",
+        "read_timeout",
+        "write_timeout",
+        "total_timeout",
+        "connect_error",
+        "dns_error",
+        "network_error",
+        "protocol_error",
+        "tls_error",
+        "worker_shutdown",
+    }
 )
 # Statuses that say "not now" rather than "no".
 RETRYABLE_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})

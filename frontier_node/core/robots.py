@@ -52,9 +52,7 @@ def _product_token(user_agent: str) -> str:
     words = user_agent.split(maxsplit=1)
     name = words[0].split("/", 1)[0] if words else ""
     if not _PRODUCT_TOKEN.fullmatch(name):
-        raise ValueError(
-            f"User-Agent {user_agent!r} must start with an RFC 9309 product token (letters, '_', '-')"
-        )
+        raise ValueError(f"User-Agent {user_agent!r} must start with an RFC 9309 product token (letters, '_', '-')")
     return name
 
 
@@ -350,9 +348,7 @@ class RobotsPolicy:
 
     def _unreachable(self, origin: str, status: int, error_class: str, now: float) -> RobotsRecord:
         """Disallow all, with a short lifetime so the node fetches robots.txt again soon."""
-        return self._record(
-            origin, RobotsVerdict.DISALLOW_ALL, status, error_class, now, self.error_retry_s, b""
-        )
+        return self._record(origin, RobotsVerdict.DISALLOW_ALL, status, error_class, now, self.error_retry_s, b"")
 
     def _record(
         self,

@@ -16,11 +16,11 @@ from frontier_node.core.front import FrontLayer
 from frontier_node.core.hosts import Host
 from frontier_node.core.journal import pack_admit
 from frontier_node.core.ports import Store
-from frontier_node.core.records import ROBOTS_PREFIX, Completion, Item, Kind, OutcomeLike
+from frontier_node.core.records import Completion, Item, Kind, OutcomeLike
 from frontier_node.core.retry import OVERLOAD_STATUSES, Action, classify
 from frontier_node.core.robots import RobotsPolicy, RobotsVerdict
 from frontier_node.core.states import Event, State
-from hostring.urls import UrlRejected, identify, robots_url
+from hostring.urls import ROBOTS_PREFIX, UrlRejected, identify, robots_url
 
 # A robots.txt redirecting to a host of a domain another node owns (only in a cluster).
 ELSEWHERE = "robots_redirect_elsewhere"

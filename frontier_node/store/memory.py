@@ -39,9 +39,7 @@ class MemoryStore:
         self.flushes += 1
 
     def backlog(self, host: str, after: tuple[int, int], limit: int) -> list[Item]:
-        rows = [
-            r for r in self.rows.values() if r.host == host and r.state is State.SCHEDULED and r.order > after
-        ]
+        rows = [r for r in self.rows.values() if r.host == host and r.state is State.SCHEDULED and r.order > after]
         rows.sort(key=lambda r: r.order)
         return [dataclasses.replace(r) for r in rows[:limit]]
 
