@@ -6,10 +6,10 @@ answers an RPC: an item is only reported admitted, leased or completed once its 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Protocol
 
-from frontier_node.core.records import Entry, Item
+from frontier_node.core.records import Entry, Item, LinkLike
 from frontier_node.core.states import State
 
 
@@ -18,6 +18,27 @@ class Fenced(RuntimeError):
 
     domain: str
     others: tuple[Fenced, ...]
+
+
+class StoreLost(RuntimeError):
+    """The store lost data this node wrote (a Redis restarted empty, a fence or instance marker gone): nothing it
+    answers can be trusted any more. Fatal for the node: the shell logs it once by name, turns health to
+    NOT_SERVING and answers data-plane calls UNAVAILABLE with details "store_lost: <reason>"."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"store_lost: {reason}")
+        self.reason = reason
+
+
+class Outbox(Protocol):
+    """Where a clustered node leaves links whose domains another node owns, for the owner to admit.
+
+    Buffered like every write and made durable by the store's flush, before the Complete that found the links
+    is answered: a forwarded link is never only in a reply that its receiver might fail to read.
+    """
+
+    def forward(self, links: Sequence[LinkLike]) -> None:
+        """Buffer links for the owners of their domains."""
 
 
 class Store(Protocol):
