@@ -21,6 +21,7 @@ import asyncio
 import collections
 import contextlib
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -39,6 +40,8 @@ T = TypeVar("T")
 
 TICK_S = 0.2
 """Longest sleep with no call and no waiting Lease: leases expire and retries come due within this."""
+MAX_WAITING = 10_000
+"""Leases that may wait at once; beyond it a Lease answers at once with what is ready (empty: the client polls)."""
 _IDLE_FLOOR_S = 0.005
 _SNAPSHOT_MAX_AGE_S = 1.0
 
@@ -85,6 +88,7 @@ class CoreThread:
         self._queue: collections.deque[Op[Any]] = collections.deque()
         self._more: list[Op[Any]] = []  # ops with slices left, run again next batch
         self._waiters: collections.deque[Lease] = collections.deque()
+        self._earliest = math.inf  # the first deadline among the waiting Leases
         self._wake = threading.Event()
         self._timeout = 0.0
         self._stopping = False
@@ -191,8 +195,12 @@ class CoreThread:
                     continue
                 if step is Step.WAIT:
                     assert isinstance(op, Lease)
-                    self._waiters.append(op)  # it joins the queue of waiting Leases, served below
-                    continue
+                    if len(self._waiters) < MAX_WAITING:
+                        self._waiters.append(op)  # it joins the queue of waiting Leases, served below
+                        self._earliest = min(self._earliest, op.deadline)
+                        continue
+                    op.waits = False  # the waiting set is full: answer now with what is ready
+                    step = op.take(core)
                 ran.append(op)
                 (finished if step is Step.DONE else self._more).append(op)
             if not self.fault:
@@ -222,28 +230,37 @@ class CoreThread:
         self._timeout = self._next_timeout()
 
     def _serve_waiters(self, finished: list[Op[Any]]) -> list[Op[Any]]:
-        """Hand ready items to waiting Leases, oldest first; answer those whose wait is over. The ones served."""
-        if not self._waiters:
+        """Hand ready items to waiting Leases, oldest first, until one finds nothing (the rest would find nothing
+        either); then, only when a deadline has passed (or the node drained or stops), answer the Leases whose wait
+        is over. The ones served."""
+        waiters = self._waiters
+        if not waiters:
             return []
         core = self.frontier
-        now = time.monotonic()
         served: list[Op[Any]] = []
-        keep: collections.deque[Lease] = collections.deque()
-        trying = True
-        for w in self._waiters:
+        while waiters:
+            w = waiters[0]
             if w.future is not None and w.future.cancelled():
-                continue
-            if trying:
-                if w.take(core) is Step.DONE:
-                    served.append(w)
-                    finished.append(w)
-                    continue
-                trying = False  # nothing is ready: the next ones would get nothing either
-            if now >= w.deadline or self._draining or core.drained:
+                waiters.popleft()
+            elif w.take(core) is Step.DONE:
+                served.append(waiters.popleft())
                 finished.append(w)
             else:
-                keep.append(w)
-        self._waiters = keep
+                break
+        now = time.monotonic()
+        if waiters and (now >= self._earliest or self._draining or core.drained):
+            over = self._draining or core.drained
+            keep: collections.deque[Lease] = collections.deque()
+            self._earliest = math.inf
+            for w in waiters:
+                if w.future is not None and w.future.cancelled():
+                    continue
+                if over or now >= w.deadline:
+                    finished.append(w)
+                else:
+                    keep.append(w)
+                    self._earliest = min(self._earliest, w.deadline)
+            self._waiters = keep
         return served
 
     def _commit(self, ran: list[Op[Any]]) -> None:
@@ -278,6 +295,7 @@ class CoreThread:
         self._more = []
         self._deliver([(w, None, NodeUnavailable(self.fault)) for w in self._waiters])
         self._waiters.clear()
+        self._earliest = math.inf
         self.snapshot = self._take_snapshot()
         try:
             self.on_fault(self.fault)
@@ -291,8 +309,7 @@ class CoreThread:
             return 0.0
         if not self._waiters or self.fault:
             return TICK_S
-        now = time.monotonic()
-        wait = min(w.deadline for w in self._waiters) - now
+        wait = self._earliest - time.monotonic()
         nxt = self.frontier.next_event_in()
         if nxt is not None:
             wait = min(wait, nxt)

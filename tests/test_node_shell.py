@@ -622,3 +622,29 @@ def test_completion_hands_the_freed_host_to_a_waiting_lease() -> None:
             assert page.kind == pb.PAGE and page.url == "http://h0.example/p0"
     finally:
         served.close()
+
+
+def test_waiting_leases_end_at_their_deadline_and_the_waiting_set_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Lease waits out its wait_ms and answers empty (the node is not drained: work is in flight); once the
+    waiting set is full, a further Lease answers at once instead of waiting."""
+    from frontier_node import core_thread
+
+    monkeypatch.setattr(core_thread, "MAX_WAITING", 2)
+    config = FrontierConfig(politeness=PolitenessConfig(min_delay_s=0.0))
+    served = Served(FrontierService(Frontier(MemoryStore(), WallClock(), config)))
+    try:
+        with grpc.insecure_channel(served.address, options=grpc_options()) as channel:
+            stub = pb_grpc.FrontierStub(channel)  # type: ignore[no-untyped-call]
+            stub.Discover(pb.DiscoverRequest(links=seeds(1, 1)), timeout=RPC_S)
+            assert stub.Lease(pb.LeaseRequest(worker_id="t", max_items=5), timeout=RPC_S).items  # robots in flight
+            waiting = [stub.Lease.future(pb.LeaseRequest(worker_id="w", wait_ms=1_500), timeout=10) for _ in range(2)]
+            time.sleep(0.3)
+            t0 = time.monotonic()
+            extra = stub.Lease(pb.LeaseRequest(worker_id="x", wait_ms=20_000), timeout=10)
+            assert not extra.items and not extra.drained and time.monotonic() - t0 < 5, "the extra Lease waited"
+            for f in waiting:
+                resp = f.result(timeout=10)
+                assert not resp.items and not resp.drained
+            assert time.monotonic() - t0 >= 1.0, "the waiting Leases answered before their wait_ms"
+    finally:
+        served.close()
