@@ -192,12 +192,24 @@ class FrontierService:
         return _complete_response(settled)
 
     async def CompleteBatch(self, request: pb.CompleteBatchRequest, context: Context) -> pb.CompleteBatchResponse:
-        await self._check(request, context)
+        try:
+            if request.ByteSize() > _CHECK_ON_LOOP_BYTES:
+                refused = await asyncio.to_thread(validate.check_batch, request)
+            else:
+                refused = validate.check_batch(request)
+        except validate.Refused as e:
+            await _abort(context, e.code, e.reason)
         await self._reply_room(request, len(request.completions), context)
-        settled = await self._run(Complete(request.completions, self.outbox), context)
-        if sum(len(s.forward) for s in settled) > _BUILD_ON_LOOP:
-            return await asyncio.to_thread(_batch_response, settled)
-        return _batch_response(settled)
+        good = [c for i, c in enumerate(request.completions) if i not in refused]
+        done: list[Settled] = await self._run(Complete(good, self.outbox), context)
+        settled = iter(done)
+        answers = [
+            Settled(reason=f"{refused[i].code.name.lower()}: {refused[i].reason}") if i in refused else next(settled)
+            for i in range(len(request.completions))
+        ]
+        if sum(len(s.forward) for s in answers) > _BUILD_ON_LOOP:
+            return await asyncio.to_thread(_batch_response, answers)
+        return _batch_response(answers)
 
     # ------------------------------------------------------------------ inspection
 

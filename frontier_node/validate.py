@@ -185,13 +185,40 @@ def check(request: Message) -> None:
     except Refused as e:
         raise e.within(name) from None
     if isinstance(request, pb.CompleteBatchRequest):
-        total = sum(len(c.links) for c in request.completions)
-        if total > MAX_LINKS_PER_COMPLETE:
-            raise Refused(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                "CompleteBatchRequest.completions[*].links",
-                f"{total:,} links in all, cap {MAX_LINKS_PER_COMPLETE:,}",
+        _batch_caps(request)
+
+
+def check_batch(request: pb.CompleteBatchRequest) -> dict[int, Refused]:
+    """Check a CompleteBatch completion by completion: the batch's own caps (how many completions, how many links in
+    all) raise Refused for the whole call; a completion that breaks a rule of its own is only named in the answer
+    (index -> why), so one hostile page an honest worker reports does not sink the completions sent with it."""
+    if len(request.completions) > MAX_COMPLETIONS_PER_BATCH:
+        raise _too_large(len(request.completions), MAX_COMPLETIONS_PER_BATCH, "entries").within(
+            "CompleteBatchRequest.completions"
+        )
+    _batch_caps(request)
+    plan = _PLANS.get("CompleteRequest")
+    if plan is None:
+        plan = _PLANS["CompleteRequest"] = _plan(pb.CompleteRequest.DESCRIPTOR)
+    refused: dict[int, Refused] = {}
+    for i, completion in enumerate(request.completions):
+        try:
+            _check(completion, plan)
+        except Refused as e:
+            refused[i] = (
+                Refused(e.code, f"[{i}]", e.detail).within_entry(e.field).within("CompleteBatchRequest.completions")
             )
+    return refused
+
+
+def _batch_caps(request: pb.CompleteBatchRequest) -> None:
+    total = sum(len(c.links) for c in request.completions)
+    if total > MAX_LINKS_PER_COMPLETE:
+        raise Refused(
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            "CompleteBatchRequest.completions[*].links",
+            f"{total:,} links in all, cap {MAX_LINKS_PER_COMPLETE:,}",
+        )
 
 
 def _check(msg: Any, plan: tuple[_Check, ...]) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import statistics
 import threading
 import time
@@ -646,5 +647,32 @@ def test_waiting_leases_end_at_their_deadline_and_the_waiting_set_is_bounded(mon
                 resp = f.result(timeout=10)
                 assert not resp.items and not resp.drained
             assert time.monotonic() - t0 >= 1.0, "the waiting Leases answered before their wait_ms"
+    finally:
+        served.close()
+
+
+def test_a_forged_completion_does_not_sink_its_batch() -> None:
+    """In a CompleteBatch, a completion with a forged outcome is answered on its own (accepted=false, the rule it
+    broke) and not stored; the others are settled; its lease stays open for an honest Complete."""
+    config = FrontierConfig(politeness=PolitenessConfig(min_delay_s=0.0))
+    served = Served(FrontierService(Frontier(MemoryStore(), WallClock(), config)))
+    try:
+        with grpc.insecure_channel(served.address, options=grpc_options()) as channel:
+            stub = pb_grpc.FrontierStub(channel)  # type: ignore[no-untyped-call]
+            stub.Discover(pb.DiscoverRequest(links=seeds(2, 2)), timeout=RPC_S)
+            robots = stub.Lease(pb.LeaseRequest(worker_id="t", max_items=5), timeout=RPC_S).items
+            ok = pb.Outcome(status=404, retry_after_s=-1)
+            forged = pb.Outcome(status=200, response_s=math.inf, retry_after_s=-1)
+            batch = [pb.CompleteRequest(lease_id=it.lease_id, generation=it.generation, outcome=o)
+                     for it, o in zip(robots, (ok, forged), strict=True)]  # fmt: skip
+            first, second = stub.CompleteBatch(pb.CompleteBatchRequest(completions=batch), timeout=RPC_S).results
+            assert first.accepted and first.state == "fetched"
+            assert not second.accepted
+            assert second.reason == (
+                "invalid_argument: CompleteBatchRequest.completions[1].outcome.response_s: inf is not a finite number"
+            )
+            again = stub.Complete(pb.CompleteRequest(lease_id=robots[1].lease_id, generation=robots[1].generation,
+                                                     outcome=ok), timeout=RPC_S)  # fmt: skip
+            assert again.accepted, "the forged completion settled its lease"
     finally:
         served.close()
