@@ -218,7 +218,7 @@ class CoreThread:
             gone = {id(op) for op in ran}
             self._more = [op for op in self._more if id(op) not in gone]
             finished = []
-        if finished or failed:
+        if any(op.changes for op in finished) or any(op.changes for op, _ in failed):
             self.version += 1
         results: list[tuple[Op[Any], Any, BaseException | None]] = [(op, None, exc) for op, exc in failed]
         for op in finished:

@@ -38,9 +38,11 @@ class Step(enum.Enum):
 
 
 class Op(Generic[T]):
-    """One call's work on the core thread. Subclasses set `data_plane` (fails once the store is lost)."""
+    """One call's work on the core thread. `data_plane`: refused once the store is lost; `changes`: it may change
+    what Stats shows (an inspection call does not, so the published snapshot stays current)."""
 
     data_plane = True
+    changes = True
 
     def __init__(self) -> None:
         self.future: asyncio.Future[T] | None = None
@@ -70,10 +72,11 @@ class Op(Generic[T]):
 class Call(Op[T]):
     """A small bounded call (inspection, administration, Renew): one function of the core."""
 
-    def __init__(self, fn: Callable[[Frontier], T], *, data_plane: bool = False) -> None:
+    def __init__(self, fn: Callable[[Frontier], T], *, data_plane: bool = False, changes: bool = False) -> None:
         super().__init__()
         self.fn = fn
         self.data_plane = data_plane
+        self.changes = changes or data_plane
         self._value: T | None = None
 
     def run(self, core: Frontier) -> Step:

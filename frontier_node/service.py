@@ -291,7 +291,7 @@ class FrontierService:
     async def PauseHost(self, request: pb.PauseHostRequest, context: Context) -> pb.HostInfo:
         await self._check(request, context)
         try:
-            host = await self._run(Call(lambda core: core.pause(request.host, request.paused)), context)
+            host = await self._run(Call(lambda core: core.pause(request.host, request.paused), changes=True), context)
         except KeyError as e:
             await _abort(context, grpc.StatusCode.NOT_FOUND, str(e.args[0]))
         return _host_info(host)
@@ -305,7 +305,7 @@ class FrontierService:
             return core.set_policy(request.host, min_delay_s=min_delay, concurrency=concurrency)
 
         try:
-            host = await self._run(Call(apply), context)
+            host = await self._run(Call(apply, changes=True), context)
         except KeyError as e:
             await _abort(context, grpc.StatusCode.NOT_FOUND, str(e.args[0]))
         except ValueError as e:
