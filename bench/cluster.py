@@ -53,6 +53,7 @@ import redis
 
 from bench.node import cpu_seconds, machine
 from frontier_node.store.redis import RedisStore
+from hostring.limits import grpc_options
 from hostring.ring import Ring
 from hostring.urls import identify
 from hostring.v1 import frontier_pb2 as pb
@@ -65,7 +66,7 @@ RPC_TIMEOUT_S = 120.0
 POLL_S = 0.01
 HEARTBEAT_TIMEOUT_S = 3.0
 _DISCOVER_METHOD = "/hostring.v1.Frontier/Discover"
-_CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 64 * 2**20)]
+_CHANNEL_OPTIONS = grpc_options()
 
 
 @dataclass(frozen=True)

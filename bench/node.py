@@ -55,6 +55,7 @@ from frontier_node.core.records import Kind, Link, Outcome, Verdict
 from frontier_node.store.memory import MemoryStore
 from frontier_node.store.sqlite import SqliteStore
 from hostring.clock import WallClock
+from hostring.limits import grpc_options
 from hostring.v1 import frontier_pb2 as pb
 from hostring.v1 import frontier_pb2_grpc as pb_grpc
 from hostring_testing.proc import stop_process
@@ -274,9 +275,7 @@ class NodeProcess:
             self.stop()
             raise RuntimeError(f"node did not start (stdout {line!r}):\n{log.read_text()[-2000:]}")
         self.port = int(m.group(1))
-        self.channel = grpc.insecure_channel(
-            f"127.0.0.1:{self.port}", options=[("grpc.max_receive_message_length", 64 * 2**20)]
-        )
+        self.channel = grpc.insecure_channel(f"127.0.0.1:{self.port}", options=grpc_options())
         grpc.channel_ready_future(self.channel).result(timeout=STARTUP_TIMEOUT_S)
         self.stub = pb_grpc.FrontierStub(self.channel)  # type: ignore[no-untyped-call]
 

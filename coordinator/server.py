@@ -25,6 +25,7 @@ from grpc_reflection.v1alpha import reflection
 from coordinator.membership import Membership, MembershipBackend, MemoryBackend, RedisBackend
 from coordinator.service import CoordinatorService
 from hostring.clock import Clock, WallClock
+from hostring.limits import grpc_options
 from hostring.security import COORDINATOR_ADMIN_METHODS, INSECURE, AioAdminTokenInterceptor, TlsConfig
 from hostring.v1 import coordinator_pb2
 from hostring.v1 import coordinator_pb2_grpc as pb_grpc
@@ -36,6 +37,7 @@ _SERVICE = coordinator_pb2.DESCRIPTOR.services_by_name["Coordinator"].full_name
 _HEALTH = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
 
 SERVER_OPTIONS: list[tuple[str, Any]] = [
+    *grpc_options(),
     ("grpc.so_reuseport", 0),
     # Clients ping idle WatchRing streams to notice a vanished coordinator; allow it instead of answering GOAWAY.
     ("grpc.keepalive_permit_without_calls", 1),

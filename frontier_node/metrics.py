@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Histogram
@@ -13,22 +12,21 @@ from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
     from frontier_node.cluster import Slice
-    from frontier_node.core.frontier import Frontier
+    from frontier_node.core.views import FrontierStats
 
 _LEASE_EVENTS = {"granted": "lease", "completed": "completed", "expired": "lease_expired", "stale": "late_evidence"}
 
 
 class NodeCollector(Collector):
-    """Turns the core's counters and queues into metric families under the service lock, once per scrape."""
+    """Turns the core's counters and queues into metric families once per scrape, from the snapshot the core
+    thread publishes (`stats`), never from the live core."""
 
-    def __init__(self, frontier: Frontier, lock: threading.Condition, slice_: Slice | None = None) -> None:
-        self.frontier = frontier
-        self.lock = lock
+    def __init__(self, stats: Callable[[], FrontierStats], slice_: Slice | None = None) -> None:
+        self.stats = stats
         self.slice = slice_
 
     def collect(self) -> Iterator[Metric]:
-        with self.lock:
-            s = self.frontier.stats()
+        s = self.stats()
         verdicts, events, states, breaches = s.verdicts, s.events, s.urls_by_state, s.breaches
         links = CounterMetricFamily(
             "hostring_links_discovered",
@@ -100,8 +98,10 @@ class StoreTimer:
         self.histogram.observe(time.perf_counter() - self._t0)
 
 
-def node_registry(frontier: Frontier, lock: threading.Condition, slice_: Slice | None = None) -> CollectorRegistry:
-    """A registry of its own per node (several nodes may share a process in tests)."""
-    registry = CollectorRegistry()
-    registry.register(NodeCollector(frontier, lock, slice_))
+def node_registry(
+    stats: Callable[[], FrontierStats], slice_: Slice | None = None, registry: CollectorRegistry | None = None
+) -> CollectorRegistry:
+    """A registry of its own per node (several nodes may share a process in tests), or `registry` filled in."""
+    registry = CollectorRegistry() if registry is None else registry
+    registry.register(NodeCollector(stats, slice_))
     return registry

@@ -1,34 +1,59 @@
-"""The gRPC shell around the core: translate messages, hold the lock, flush the store before answering."""
+"""The gRPC shell around the core (grpc.aio): check each request, hand it to the core thread, answer from its result.
+
+Every coroutine runs on the node's event loop and never touches the core: it validates the request against the
+caps table (frontier_node/validate.py), submits an operation to the core thread (frontier_node/core_thread.py)
+and builds the reply from the plain result, once the batch holding the call is committed. A parked Lease is a
+waiting operation, not a thread. Stats answers from the core thread's published snapshot; the coverage report
+and a URL's history are read from the store by an inspection thread (frontier_node/reading.py), so inspection
+never holds the hot path. Once the store has lost data, data-plane calls answer UNAVAILABLE "store_lost: ...".
+"""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
-import logging
 import threading
-import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import grpc
 
+from frontier_node import validate
 from frontier_node.core.frontier import Frontier, LeaseError
-from frontier_node.core.ports import Fenced
-from frontier_node.core.records import Item, Kind
-from frontier_node.core.views import HostView
-from frontier_node.metrics import StoreTimer
+from frontier_node.core.ports import Outbox
+from frontier_node.core.records import Item, Kind, LinkVerdict
+from frontier_node.core.views import CoverageInput, HostView
+from frontier_node.core_thread import CoreThread, NodeUnavailable
+from frontier_node.ops import Call, Complete, Discover, Lease, Op, Settled
+from frontier_node.reading import StoreReader
 from frontier_node.report import coverage_report
-from hostring.urls import UrlRejected, domain_of, identify
+from frontier_node.wire import DecodeWarnings, handlers
+from hostring.limits import MAX_MESSAGE_BYTES, REPORT_CHUNK_BYTES
+from hostring.text import escape_tree
+from hostring.urls import UrlRejected, identify
 from hostring.v1 import frontier_pb2 as pb
-from hostring.v1 import frontier_pb2_grpc as pb_grpc
 
-log = logging.getLogger("hostring.node")
+if TYPE_CHECKING:
+    Context = grpc.aio.ServicerContext[Any, Any]
+else:
+    Context = Any
 
-_MAX_LEASE_ITEMS = 1000
-_MAX_WAIT_S = 30.0
+T = TypeVar("T")
+
+MAX_HISTORY = 1_000
+"""GetUrl answers at most this many transitions of one URL (the latest)."""
+_REPLY_SLACK = 4_096
+_PER_COMPLETION_REPLY = 512  # a CompleteResponse without its forwarded links: flags, state, reason, counts
+_MAX_NEXT_READY_MS = 2**32 - 1
+_CHECK_ON_LOOP_BYTES = 256 * 1024  # requests above this are checked on a worker thread
+_BUILD_ON_LOOP = 2_000  # replies with more entries than this are built on a worker thread
 
 
-class FrontierService(pb_grpc.FrontierServicer):
-    """Serves one Frontier. Every call takes the one lock: the core is a plain single-threaded object."""
+class FrontierService:
+    """Serves one Frontier through a CoreThread; `handlers()` registers it on a grpc.aio server."""
 
     def __init__(
         self,
@@ -37,163 +62,165 @@ class FrontierService(pb_grpc.FrontierServicer):
         node_id: str = "node-0",
         epoch: Callable[[], int] = lambda: 0,
         lock: threading.Condition | None = None,
+        outbox: Outbox | None = None,
+        reader: StoreReader | None = None,
+        store_timer: AbstractContextManager[object] | None = None,
     ) -> None:
         self.frontier = frontier
         self.node_id = node_id
         self.epoch = epoch
         self.cond = lock or threading.Condition()
-        self.store_timer: StoreTimer | None = None
+        self.outbox = outbox
+        self.reader = reader
         self.on_fenced: Callable[[set[str]], None] = lambda domains: None
-        self.waiting = 0
+        self.on_fault: Callable[[str], None] = lambda reason: None
+        self.core = CoreThread(
+            frontier,
+            self.cond,
+            outbox=outbox,
+            on_fenced=lambda domains: self.on_fenced(domains),
+            on_fault=lambda reason: self.on_fault(reason),
+            store_timer=(lambda: store_timer) if store_timer is not None else None,
+        )
+        self.decode_warnings = DecodeWarnings()
+        self._inspect: ThreadPoolExecutor | None = _inspector()
+        self._reports: asyncio.Semaphore | None = None
 
-    def _commit(self) -> set[str]:
-        """Make the call's writes durable before answering; the domains whose writes a newer owner refused.
+    def handlers(self) -> grpc.GenericRpcHandler[Any, Any]:
+        """The method handlers of the Frontier service, for `server.add_generic_rpc_handlers`."""
+        return handlers(self, self.decode_warnings)
 
-        The other domains' writes have landed (each domain is written atomically on its own), so the caller
-        answers per link or per lease: what fell in a refused domain goes back as wrong-owner or forward.
-        The node lets go of those domains at once, before its ring catches up with the new owner's.
-        """
+    def start(self) -> FrontierService:
+        """Start the core thread (before the server takes calls); after a stop, start it again."""
+        if self._inspect is None:
+            self._inspect = _inspector()
+        self.core.start()
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Answer what is queued and waiting, commit, and stop the core and inspection threads."""
+        self.core.stop(timeout)
+        if self._inspect is not None:
+            self._inspect.shutdown(wait=False, cancel_futures=True)
+            self._inspect = None
+
+    @property
+    def fault(self) -> str:
+        """Why the node no longer serves ("store_lost: ..."), or ""."""
+        return self.core.fault
+
+    # ------------------------------------------------------------------ plumbing
+
+    async def _run(self, op: Op[T], context: Context) -> T:
+        """Submit `op` to the core thread and wait for its committed result; UNAVAILABLE when the node cannot."""
         try:
-            if self.store_timer is None:
-                self.frontier.store.flush()
+            return await self.core.submit(op)
+        except NodeUnavailable as e:
+            await _abort(context, grpc.StatusCode.UNAVAILABLE, e.reason)
+
+    @staticmethod
+    async def _check(request: Any, context: Context) -> None:
+        """Refuse a request that breaks the caps table; a big one is checked on a worker thread, so the loop (and the
+        health service on it) is not held for the ~1 us a link takes."""
+        try:
+            if request.ByteSize() > _CHECK_ON_LOOP_BYTES:
+                await asyncio.to_thread(validate.check, request)
             else:
-                with self.store_timer:
-                    self.frontier.store.flush()
-        except Fenced as e:
-            fenced = {e.domain, *(o.domain for o in e.others)}
-            log.warning("writes for %d domain(s) refused by a newer owner: %s", len(fenced), sorted(fenced)[:5])
-            self.on_fenced(fenced)
-            return fenced
-        return set()
+                validate.check(request)
+        except validate.Refused as e:
+            await _abort(context, e.code, e.reason)
+
+    async def _reply_room(self, request: Any, completions: int, context: Context) -> None:
+        """Without an outbox, forwarded links ride in the reply: refuse, before any work, a request whose reply could
+        outgrow the message limit (the reply's links are a subset of the request's)."""
+        if self.outbox is not None:
+            return
+        bound = request.ByteSize() + _PER_COMPLETION_REPLY * completions + _REPLY_SLACK
+        if bound > MAX_MESSAGE_BYTES:
+            await _abort(
+                context,
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"{request.DESCRIPTOR.name}: its links could come back as forward in a reply of up to {bound:,} "
+                f"bytes, above the {MAX_MESSAGE_BYTES:,}-byte message limit; send fewer links per call",
+            )
 
     # ------------------------------------------------------------------ hot path
 
-    def Discover(self, request: pb.DiscoverRequest, context: grpc.ServicerContext) -> pb.DiscoverResponse:
-        with self.cond:
-            verdicts = self.frontier.discover(request.links)
-            fenced = self._commit()
-            self._wake_leases()
-        resp = pb.DiscoverResponse(ring_epoch=self.epoch())
-        add = resp.verdicts.add
-        for v in verdicts:
-            if fenced and v.domain in fenced:
-                add(verdict=pb.WRONG_OWNER, reason="wrong_owner", fetch_key=v.fetch_key, domain=v.domain)
-            else:
-                add(verdict=int(v.verdict), reason=v.reason, fetch_key=v.fetch_key, domain=v.domain)
-        return resp
+    async def Discover(self, request: pb.DiscoverRequest, context: Context) -> pb.DiscoverResponse:
+        await self._check(request, context)
+        verdicts, fenced = await self._run(Discover(request.links), context)
+        if len(verdicts) > _BUILD_ON_LOOP:
+            return await asyncio.to_thread(_discover_response, verdicts, fenced, self.epoch())
+        return _discover_response(verdicts, fenced, self.epoch())
 
-    def Lease(self, request: pb.LeaseRequest, context: grpc.ServicerContext) -> pb.LeaseResponse:
-        if not request.worker_id:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "worker_id is required")
-        want = min(max(request.max_items, 1), _MAX_LEASE_ITEMS)
-        give_up_at = time.monotonic() + min(request.wait_ms / 1000.0, _MAX_WAIT_S)
-        with self.cond:
-            while True:
-                items = self.frontier.lease(request.worker_id, want)
-                if items:
-                    fenced = self._commit()
-                    items = [it for it in items if it.domain not in fenced] if fenced else items
-                    break
-                remaining = give_up_at - time.monotonic()
-                if remaining <= 0 or self.frontier.drained or not context.is_active():
-                    break
-                nxt = self.frontier.next_event_in()
-                self.waiting += 1
-                try:
-                    self.cond.wait(min(remaining, nxt if nxt is not None else remaining, 1.0) + 0.001)
-                finally:
-                    self.waiting -= 1
-            nxt = self.frontier.next_event_in()
-            drained = self.frontier.drained
+    async def Lease(self, request: pb.LeaseRequest, context: Context) -> pb.LeaseResponse:
+        await self._check(request, context)
+        leased = await self._run(Lease(request.worker_id, request.max_items or 1, request.wait_ms / 1000.0), context)
+        nxt = leased.next_ready_s
         resp = pb.LeaseResponse(
-            ring_epoch=self.epoch(), drained=drained, next_ready_ms=int(nxt * 1000) if nxt is not None else 0
+            ring_epoch=self.epoch(),
+            drained=leased.drained,
+            next_ready_ms=min(int(nxt * 1000), _MAX_NEXT_READY_MS) if nxt is not None else 0,
         )
-        for item in items:
-            resp.items.append(_lease_item(item))
+        resp.items.extend(_lease_item(item) for item in leased.items)
         return resp
 
-    def Renew(self, request: pb.RenewRequest, context: grpc.ServicerContext) -> pb.RenewResponse:
-        with self.cond:
+    async def Renew(self, request: pb.RenewRequest, context: Context) -> pb.RenewResponse:
+        await self._check(request, context)
+
+        def renew(core: Frontier) -> pb.RenewResponse:
             try:
-                deadline = self.frontier.renew(request.lease_id, request.generation, request.extend_ms / 1000.0)
+                deadline = core.renew(request.lease_id, request.generation, request.extend_ms / 1000.0)
             except LeaseError as e:
                 return pb.RenewResponse(ok=False, reason=e.reason)
-        return pb.RenewResponse(ok=True, deadline_ms=int(deadline * 1000))
+            return pb.RenewResponse(ok=True, deadline_ms=int(deadline * 1000))
 
-    def Complete(self, request: pb.CompleteRequest, context: grpc.ServicerContext) -> pb.CompleteResponse:
-        with self.cond:
-            resp, domain = self._complete_one(request, context)
-            if not resp.wrong_owner:
-                self._settle([(request, resp, domain)], self._commit())
-            self._wake_leases()
-        if resp.wrong_owner:
-            context.abort(
+        return await self._run(Call(renew, data_plane=True), context)
+
+    async def Complete(self, request: pb.CompleteRequest, context: Context) -> pb.CompleteResponse:
+        await self._check(request, context)
+        await self._reply_room(request, 1, context)
+        (settled,) = await self._run(Complete([request], self.outbox), context)
+        if settled.wrong_owner:
+            await _abort(
+                context,
                 grpc.StatusCode.FAILED_PRECONDITION,
                 f"wrong_owner: this node does not own the domain of {request.lease_id!r} at epoch {self.epoch()}",
             )
-        return resp
+        if len(settled.forward) > _BUILD_ON_LOOP:
+            return await asyncio.to_thread(_complete_response, settled)
+        return _complete_response(settled)
 
-    def CompleteBatch(
-        self, request: pb.CompleteBatchRequest, context: grpc.ServicerContext
-    ) -> pb.CompleteBatchResponse:
-        with self.cond:
-            done = [(c, *self._complete_one(c, context)) for c in request.completions]
-            self._settle(done, self._commit())
-            self._wake_leases()
-        return pb.CompleteBatchResponse(results=[resp for _, resp, _ in done])
-
-    def _complete_one(
-        self, request: pb.CompleteRequest, context: grpc.ServicerContext
-    ) -> tuple[pb.CompleteResponse, str]:
-        """Settle one lease (the lock is held); a domain this node does not own answers wrong_owner."""
-        if not request.lease_id:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "lease_id is required")
-        domain = self.frontier.leased_domain(request.lease_id)
-        if domain is None:
-            domain = domain_of(request.lease_id)
-        if not self.frontier.owns(domain):
-            return pb.CompleteResponse(accepted=False, wrong_owner=True, reason="wrong_owner"), domain
-        done = self.frontier.complete(request.lease_id, request.generation, request.outcome, request.links)
-        resp = pb.CompleteResponse(
-            accepted=done.accepted,
-            state=done.state,
-            follow_links=done.follow_links,
-            reason=done.reason,
-            admitted=done.admitted,
-            forward=[link for link in done.forward if isinstance(link, pb.Link)],
-        )
-        return resp, domain
-
-    def _settle(self, done: list[tuple[pb.CompleteRequest, pb.CompleteResponse, str]], fenced: set[str]) -> None:
-        """After a partly refused commit: a lease in a refused domain answers wrong-owner (its new owner still
-        holds it leased and settles the re-sent Complete); links that fell in refused domains go back as forward.
-        """
-        if not fenced:
-            return
-        for request, resp, domain in done:
-            if resp.wrong_owner:
-                continue
-            if domain in fenced:
-                resp.Clear()
-                resp.wrong_owner, resp.reason = True, "wrong_owner"
-            elif resp.follow_links:
-                resp.forward.extend(link for link in request.links if domain_of(link.observed, link.base_url) in fenced)
-
-    def _wake_leases(self) -> None:
-        """Wake Lease calls waiting for work, if any wait (notify_all on every call is measurable)."""
-        if self.waiting:
-            self.cond.notify_all()
+    async def CompleteBatch(self, request: pb.CompleteBatchRequest, context: Context) -> pb.CompleteBatchResponse:
+        try:
+            if request.ByteSize() > _CHECK_ON_LOOP_BYTES:
+                refused = await asyncio.to_thread(validate.check_batch, request)
+            else:
+                refused = validate.check_batch(request)
+        except validate.Refused as e:
+            await _abort(context, e.code, e.reason)
+        await self._reply_room(request, len(request.completions), context)
+        good = [c for i, c in enumerate(request.completions) if i not in refused]
+        done: list[Settled] = await self._run(Complete(good, self.outbox), context)
+        settled = iter(done)
+        answers = [
+            Settled(reason=f"{refused[i].code.name.lower()}: {refused[i].reason}") if i in refused else next(settled)
+            for i in range(len(request.completions))
+        ]
+        if sum(len(s.forward) for s in answers) > _BUILD_ON_LOOP:
+            return await asyncio.to_thread(_batch_response, answers)
+        return _batch_response(answers)
 
     # ------------------------------------------------------------------ inspection
 
-    def Stats(self, request: pb.StatsRequest, context: grpc.ServicerContext) -> pb.StatsResponse:
-        with self.cond:
-            s = self.frontier.stats()
+    async def Stats(self, request: pb.StatsRequest, context: Context) -> pb.StatsResponse:
+        snap = self.core.snapshot if self.core.fresh() else await self._run(self.core.snapshot_op(), context)
+        s = snap.stats
         return pb.StatsResponse(
             node_id=self.node_id,
             ring_epoch=self.epoch(),
             run_id=s.run_id,
-            urls_by_state={state: n for state, n in s.urls_by_state.items() if n},
+            urls_by_state={state: n for state, n in s.urls_by_state.items() if n > 0},
             hosts=s.hosts,
             hosts_with_work=s.hosts_with_work,
             hosts_ready=s.hosts_ready,
@@ -205,30 +232,36 @@ class FrontierService(pb_grpc.FrontierServicer):
             leases_granted=s.leases_granted,
             leases_expired=s.leases_expired,
             completes_stale=s.completes_stale,
+            fault=self.core.fault,
         )
 
-    def GetHost(self, request: pb.GetHostRequest, context: grpc.ServicerContext) -> pb.HostInfo:
-        with self.cond:
-            host = self.frontier.host(request.host)
+    async def GetHost(self, request: pb.GetHostRequest, context: Context) -> pb.HostInfo:
+        await self._check(request, context)
+        host = await self._run(Call(lambda core: core.host(request.host)), context)
         if host is None:
-            context.abort(grpc.StatusCode.NOT_FOUND, f"no such host on this node: {request.host!r}")
+            await _abort(context, grpc.StatusCode.NOT_FOUND, f"no such host on this node: {request.host!r}")
         return _host_info(host)
 
-    def ListHosts(self, request: pb.ListHostsRequest, context: grpc.ServicerContext) -> pb.ListHostsResponse:
+    async def ListHosts(self, request: pb.ListHostsRequest, context: Context) -> pb.ListHostsResponse:
+        await self._check(request, context)
         limit = request.limit or 100
-        with self.cond:
-            hosts = self.frontier.hosts(only_with_work=request.only_with_work, limit=limit)
+        only = request.only_with_work
+        hosts = await self._run(Call(lambda core: core.hosts(only_with_work=only, limit=limit)), context)
         return pb.ListHostsResponse(hosts=[_host_info(h) for h in hosts])
 
-    def GetUrl(self, request: pb.GetUrlRequest, context: grpc.ServicerContext) -> pb.UrlInfo:
+    async def GetUrl(self, request: pb.GetUrlRequest, context: Context) -> pb.UrlInfo:
+        await self._check(request, context)
         key = request.url
         with contextlib.suppress(UrlRejected):
             key = identify(request.url).fetch_key
-        with self.cond:
-            row = self.frontier.store.get(key)
-            if row is None:
-                context.abort(grpc.StatusCode.NOT_FOUND, f"no such URL or fetch key on this node: {request.url!r}")
-            history = self.frontier.store.history(key)
+        reader = self.reader
+        if reader is not None:
+            loop = asyncio.get_running_loop()
+            row, history = await loop.run_in_executor(self._inspect, _row_and_history, reader, key)
+        else:
+            row, history = await self._run(Call(lambda core: _row_and_history(core.store, key)), context)
+        if row is None:
+            await _abort(context, grpc.StatusCode.NOT_FOUND, f"no such URL or fetch key on this node: {request.url!r}")
         info = pb.UrlInfo(
             fetch_key=row.key,
             url=row.url,
@@ -237,8 +270,9 @@ class FrontierService(pb_grpc.FrontierServicer):
             attempt=row.attempt,
             generation=row.generation,
             depth=row.depth,
+            history_omitted=max(0, len(history) - MAX_HISTORY),
         )
-        for e in history:
+        for e in history[-MAX_HISTORY:]:
             info.history.add(
                 seq=e.seq,
                 run_id=e.run_id,
@@ -254,34 +288,116 @@ class FrontierService(pb_grpc.FrontierServicer):
             )
         return info
 
-    def PauseHost(self, request: pb.PauseHostRequest, context: grpc.ServicerContext) -> pb.HostInfo:
-        with self.cond:
-            try:
-                host = self.frontier.pause(request.host, request.paused)
-            except KeyError as e:
-                context.abort(grpc.StatusCode.NOT_FOUND, str(e.args[0]))
-            self.cond.notify_all()
+    async def PauseHost(self, request: pb.PauseHostRequest, context: Context) -> pb.HostInfo:
+        await self._check(request, context)
+        try:
+            host = await self._run(Call(lambda core: core.pause(request.host, request.paused), changes=True), context)
+        except KeyError as e:
+            await _abort(context, grpc.StatusCode.NOT_FOUND, str(e.args[0]))
         return _host_info(host)
 
-    def SetHostPolicy(self, request: pb.SetHostPolicyRequest, context: grpc.ServicerContext) -> pb.HostInfo:
-        with self.cond:
-            try:
-                host = self.frontier.set_policy(
-                    request.host,
-                    min_delay_s=request.min_delay_s if request.min_delay_s >= 0 else None,
-                    concurrency=request.concurrency if request.concurrency > 0 else None,
-                )
-            except KeyError as e:
-                context.abort(grpc.StatusCode.NOT_FOUND, str(e.args[0]))
-            except ValueError as e:
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
-            self.cond.notify_all()
+    async def SetHostPolicy(self, request: pb.SetHostPolicyRequest, context: Context) -> pb.HostInfo:
+        await self._check(request, context)
+        min_delay = request.min_delay_s if request.min_delay_s >= 0 else None
+        concurrency = request.concurrency if request.concurrency > 0 else None
+
+        def apply(core: Frontier) -> HostView:
+            return core.set_policy(request.host, min_delay_s=min_delay, concurrency=concurrency)
+
+        try:
+            host = await self._run(Call(apply, changes=True), context)
+        except KeyError as e:
+            await _abort(context, grpc.StatusCode.NOT_FOUND, str(e.args[0]))
+        except ValueError as e:
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(e))
         return _host_info(host)
 
-    def Report(self, request: pb.ReportRequest, context: grpc.ServicerContext) -> pb.ReportResponse:
-        with self.cond:
-            report = coverage_report(self.frontier.coverage_input(), dispositions=request.dispositions)
-        return pb.ReportResponse(json=json.dumps(report, sort_keys=True))
+    async def Report(self, request: pb.ReportRequest, context: Context) -> pb.ReportResponse:
+        text = await self._report_json(request.dispositions, context)
+        if len(text) > MAX_MESSAGE_BYTES - _REPLY_SLACK:
+            await _abort(
+                context,
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"the report is {len(text):,} bytes, above the {MAX_MESSAGE_BYTES:,}-byte message limit: "
+                "read it with ReportStream",
+            )
+        return pb.ReportResponse(json=text)
+
+    async def ReportStream(self, request: pb.ReportRequest, context: Context) -> AsyncIterator[pb.ReportChunk]:
+        data = (await self._report_json(request.dispositions, context)).encode()
+        for i in range(0, max(len(data), 1), REPORT_CHUNK_BYTES):
+            yield pb.ReportChunk(data=data[i : i + REPORT_CHUNK_BYTES])
+
+    async def _report_json(self, dispositions: bool, context: Context) -> str:
+        """The coverage report as JSON, control characters escaped: the core gives its counters in one small op,
+        the rows are read and the report built on the inspection thread (one report at a time)."""
+        if self._reports is None:
+            self._reports = asyncio.Semaphore(1)
+        reader = self.reader
+        async with self._reports:
+            if reader is not None:
+                source = await self._run(Call(lambda core: core.coverage_input(_lazy(reader.items))), context)
+            else:
+                source = await self._run(Call(lambda core: core.coverage_input()), context)
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self._inspect, _report_text, source, dispositions)
+
+
+def _inspector() -> ThreadPoolExecutor:
+    """The thread that reads reports and histories from the store: one, so reports queue rather than pile up."""
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="inspect")
+
+
+async def _abort(context: Context, code: grpc.StatusCode, details: str) -> NoReturn:
+    """context.abort, typed as never returning."""
+    await context.abort(code, details)
+    raise AssertionError("unreachable: abort raises")
+
+
+def _lazy(items: Callable[[], Iterable[Item]]) -> Iterator[Item]:
+    """The reader's rows, read only when iterated (on the inspection thread, not the core's)."""
+    yield from items()
+
+
+def _report_text(source: CoverageInput, dispositions: bool) -> str:
+    report = coverage_report(source, dispositions=dispositions)
+    return json.dumps(escape_tree(report), sort_keys=True)
+
+
+def _row_and_history(reader: Any, key: str) -> tuple[Item | None, list[Any]]:
+    row = reader.get(key)
+    return row, (reader.history(key) if row is not None else [])
+
+
+def _discover_response(verdicts: list[LinkVerdict], fenced: set[str], epoch: int) -> pb.DiscoverResponse:
+    resp = pb.DiscoverResponse(ring_epoch=epoch)
+    add = resp.verdicts.add
+    for v in verdicts:
+        if fenced and v.domain in fenced:
+            add(verdict=pb.WRONG_OWNER, reason="wrong_owner", fetch_key=v.fetch_key, domain=v.domain)
+        else:
+            add(verdict=int(v.verdict), reason=v.reason, fetch_key=v.fetch_key, domain=v.domain)
+    if resp.ByteSize() > MAX_MESSAGE_BYTES - _REPLY_SLACK:
+        for verdict in resp.verdicts:  # long keys (percent-encoding grows them): keep verdicts and domains
+            verdict.fetch_key = ""
+    return resp
+
+
+def _batch_response(settled: list[Settled]) -> pb.CompleteBatchResponse:
+    return pb.CompleteBatchResponse(results=[_complete_response(s) for s in settled])
+
+
+def _complete_response(s: Settled) -> pb.CompleteResponse:
+    resp = pb.CompleteResponse(
+        accepted=s.accepted,
+        state=s.state,
+        follow_links=s.follow_links,
+        reason=s.reason,
+        admitted=s.admitted,
+        wrong_owner=s.wrong_owner,
+    )
+    resp.forward.extend(link for link in s.forward if isinstance(link, pb.Link))
+    return resp
 
 
 def _host_info(host: HostView) -> pb.HostInfo:

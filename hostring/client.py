@@ -14,6 +14,7 @@ from typing import Protocol
 
 import grpc
 
+from hostring.limits import MAX_COMPLETIONS_PER_BATCH, MAX_LINKS_PER_COMPLETE, MAX_MESSAGE_BYTES
 from hostring.security import INSECURE, TlsConfig
 from hostring.urls import domain_of
 from hostring.v1 import frontier_pb2 as pb
@@ -25,6 +26,7 @@ DISCOVER_BATCH = 256
 # How long links wait for an owner: longer than a heartbeat timeout, so a node that died (and still stands in
 # the ring until the coordinator notices) does not make its links vanish.
 ROUTE_DEADLINE_S = 120.0
+_BATCH_BYTES = MAX_MESSAGE_BYTES // 2  # a CompleteBatch's request, leaving the reply room for forwarded links
 
 
 class Router(Protocol):
@@ -134,7 +136,8 @@ class CompletionBatcher:
     """Completions that finish in the same event-loop turn go to their node as one CompleteBatch call.
 
     Nothing waits for a batch to fill: the send is scheduled with call_soon, so a lone completion goes at once
-    and a busy worker naturally sends many per call (one RPC and one commit on the node instead of many).
+    and a busy worker naturally sends many per call (one RPC and one commit on the node instead of many). A batch
+    beyond the node's caps (hostring.limits) goes as several calls.
     """
 
     def __init__(self, clients: NodeClients) -> None:
@@ -158,8 +161,15 @@ class CompletionBatcher:
 
     async def _send(self, address: str) -> None:
         batch = self._pending.pop(address, [])
-        if not batch:
-            return
+        parts = _within_limits(batch)
+        if len(parts) > 1:  # rare: many link-heavy pages at once; each part is one call within the node's caps
+            await asyncio.gather(*(self._send_part(address, part) for part in parts))
+        elif batch:
+            await self._send_part(address, batch)
+
+    async def _send_part(
+        self, address: str, batch: list[tuple[pb.CompleteRequest, asyncio.Future[pb.CompleteResponse]]]
+    ) -> None:
         try:
             resp = await self.clients.stub(address).CompleteBatch(
                 pb.CompleteBatchRequest(completions=[r for r, _ in batch]), timeout=30
@@ -172,3 +182,23 @@ class CompletionBatcher:
         for (_, future), result in zip(batch, resp.results, strict=True):
             if not future.done():
                 future.set_result(result)
+
+
+def _within_limits(
+    batch: list[tuple[pb.CompleteRequest, asyncio.Future[pb.CompleteResponse]]],
+) -> list[list[tuple[pb.CompleteRequest, asyncio.Future[pb.CompleteResponse]]]]:
+    """Split completions into CompleteBatch calls within the node's caps (completions, links, message bytes)."""
+    parts: list[list[tuple[pb.CompleteRequest, asyncio.Future[pb.CompleteResponse]]]] = [[]]
+    links = size = 0
+    for entry in batch:
+        n, b = len(entry[0].links), entry[0].ByteSize() + 8
+        part = parts[-1]
+        if part and (
+            len(part) >= MAX_COMPLETIONS_PER_BATCH or links + n > MAX_LINKS_PER_COMPLETE or size + b > _BATCH_BYTES
+        ):
+            parts.append([])
+            links = size = 0
+        parts[-1].append(entry)
+        links += n
+        size += b
+    return [p for p in parts if p]

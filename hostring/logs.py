@@ -2,7 +2,8 @@
 
 A JSON line carries `ts` (UTC, RFC 3339 with milliseconds), `level`, `logger`, `msg`, the crawl's `run_id` when
 the process knows it, the fields bound with `bind()` (`node`, `worker`, ...) and `exc` with the traceback when
-an exception is logged. Log collectors (Docker, Kubernetes, Loki, ...) read them without parsing rules.
+an exception is logged. Log collectors (Docker, Kubernetes, Loki, ...) read them without parsing rules. In both
+forms a message's control characters are escaped (hostring.text), so a logged client string cannot drive a terminal.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import sys
 import time
 from collections.abc import Callable
 from typing import Any, TextIO
+
+from hostring.text import escape_control
 
 FORMATS = ("auto", "text", "json")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
@@ -54,7 +57,7 @@ class JsonFormatter(logging.Formatter):
             "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
             "level": record.levelname,
             "logger": record.name,
-            "msg": record.getMessage(),
+            "msg": escape_control(record.getMessage()),
         }
         run_id = _run_id()
         if run_id:
@@ -69,6 +72,14 @@ class JsonFormatter(logging.Formatter):
         if record.stack_info:
             out["stack"] = self.formatStack(record.stack_info)
         return json.dumps(out, ensure_ascii=False, default=str)
+
+
+class TextFormatter(logging.Formatter):
+    """TEXT_FORMAT lines whose message shows control characters as escapes (a logged client string cannot drive the
+    terminal); a traceback keeps its lines."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return escape_control(super().formatMessage(record))
 
 
 def resolve_format(fmt: str, stream: TextIO | None = None) -> str:
@@ -93,7 +104,7 @@ def setup_logging(
 ) -> None:
     """Configure the root logger once for the process (replacing any handlers), and quiet the HTTP client's logs."""
     handler = logging.StreamHandler(stream or sys.stderr)
-    handler.setFormatter(JsonFormatter() if json else logging.Formatter(TEXT_FORMAT))
+    handler.setFormatter(JsonFormatter() if json else TextFormatter(TEXT_FORMAT))
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)

@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 import grpc
 import grpc.aio
 
+from hostring.limits import grpc_options
+
 if TYPE_CHECKING:  # the stubs make these generic; at run time they are plain classes
     _SyncInterceptor = grpc.ServerInterceptor[Any, Any]
     _AioInterceptor = grpc.aio.ServerInterceptor[Any, Any]
@@ -117,16 +119,24 @@ class TlsConfig:
         )
 
     def channel(self, address: str, options: ChannelOptions = ()) -> grpc.Channel:
-        """A blocking-API channel to `address`, secure when configured."""
+        """A blocking-API channel to `address`, secure when configured, with the one message limit."""
         if self.enabled:
-            return grpc.secure_channel(address, self.channel_credentials(), options=list(options))
-        return grpc.insecure_channel(address, options=list(options))
+            return grpc.secure_channel(address, self.channel_credentials(), options=with_limits(options))
+        return grpc.insecure_channel(address, options=with_limits(options))
 
     def aio_channel(self, address: str, options: ChannelOptions = ()) -> grpc.aio.Channel:
-        """An asyncio channel to `address`, secure when configured."""
+        """An asyncio channel to `address`, secure when configured, with the one message limit."""
         if self.enabled:
-            return grpc.aio.secure_channel(address, self.channel_credentials(), options=list(options))
-        return grpc.aio.insecure_channel(address, options=list(options))
+            return grpc.aio.secure_channel(address, self.channel_credentials(), options=with_limits(options))
+        return grpc.aio.insecure_channel(address, options=with_limits(options))
+
+
+def with_limits(options: ChannelOptions = ()) -> list[tuple[str, Any]]:
+    """`options` with hostring's message limits (hostring.limits.grpc_options) in place of any given ones: a channel
+    never accepts less than its servers send, nor sends more than they accept."""
+    limits = grpc_options()
+    names = {name for name, _ in limits}
+    return [*limits, *(o for o in options if o[0] not in names)]
 
 
 INSECURE = TlsConfig()

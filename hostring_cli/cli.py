@@ -13,13 +13,13 @@ import grpc
 from frontier_node.core.config import BudgetConfig, FrontierConfig, PolitenessConfig, RetryConfig
 from frontier_node.core.robots import RobotsPolicy
 from hostring import logs
+from hostring.text import escape_tree
 from hostring_cli.cluster import add_cluster_commands, add_tls_flags, add_token_flag, tls_from, token_from
 
 if TYPE_CHECKING:
     from hostring_cli.crawl import CrawlOptions
 
 DEFAULT_USER_AGENT = "hostring/0.1 (+https://github.com/hostring/hostring)"
-_MAX_REPORT_BYTES = 1 << 30  # a Report with every identity's row outgrows gRPC's 4 MiB default quickly
 
 
 def _politeness_flags(p: argparse.ArgumentParser) -> None:
@@ -235,17 +235,17 @@ def cmd_report(args: argparse.Namespace) -> int:
         from hostring.v1 import frontier_pb2 as pb
         from hostring.v1 import frontier_pb2_grpc as pb_grpc
 
-        options = [("grpc.max_receive_message_length", _MAX_REPORT_BYTES)]
-        with tls_from(args).channel(args.node, options) as channel:
-            resp = pb_grpc.FrontierStub(channel).Report(  # type: ignore[no-untyped-call]
+        with tls_from(args).channel(args.node) as channel:  # any size: the report comes in 1 MiB pieces
+            chunks = pb_grpc.FrontierStub(channel).ReportStream(  # type: ignore[no-untyped-call]
                 pb.ReportRequest(dispositions=args.dispositions), timeout=args.timeout
             )
-        report = json.loads(resp.json)
+            report = json.loads(b"".join(chunk.data for chunk in chunks))
     if args.json or args.dispositions:
         json.dump(report, sys.stdout, indent=2, sort_keys=True)
         print()
         return 0
-    print(summarize({"suppressed_by_rule": [], **report}))  # an offline report has no budget counters
+    # an offline report has no budget counters; what a crawled server chose is escaped for the terminal
+    print(summarize(escape_tree({"suppressed_by_rule": [], **report})))
     if "attempts" in report:
         a = report["attempts"]
         spread = ", ".join(f"{n} lease(s): {c}" for n, c in a["leases_per_identity"].items())

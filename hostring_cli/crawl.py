@@ -28,6 +28,7 @@ from fetch_worker.netpolicy import NetworkPolicy
 from fetch_worker.warc import WarcWriter
 from fetch_worker.worker import Worker
 from hostring.client import StaticRouter
+from hostring.limits import grpc_options
 from hostring.metrics import serve_metrics
 from hostring.urls import UrlRejected, identify
 from hostring.v1 import frontier_pb2 as pb
@@ -197,7 +198,7 @@ def summarize(report: dict[str, Any]) -> str:
 
 async def _crawl(opts: CrawlOptions, address: str, stop: asyncio.Event, out: TextIO) -> dict[str, Any] | None:
     """Seed the node, run the worker until the node drains (or stop is set), and fetch the report."""
-    channel = grpc.aio.insecure_channel(address)
+    channel = grpc.aio.insecure_channel(address, options=grpc_options())
     stub = pb_grpc.FrontierStub(channel)  # type: ignore[no-untyped-call]
     await stub.Discover(pb.DiscoverRequest(links=[pb.Link(observed=s, seed=True) for s in opts.seeds]), timeout=30)
     limits = FetchLimits(
@@ -241,7 +242,8 @@ async def _crawl(opts: CrawlOptions, address: str, stop: asyncio.Event, out: Tex
     if stop.is_set():
         await channel.close(None)
         return None
-    report: dict[str, Any] = json.loads((await stub.Report(pb.ReportRequest(dispositions=True), timeout=300)).json)
+    stream = stub.ReportStream(pb.ReportRequest(dispositions=True), timeout=300)  # any size, in 1 MiB pieces
+    report: dict[str, Any] = json.loads(b"".join([chunk.data async for chunk in stream]))
     await channel.close(None)
     return report
 

@@ -24,6 +24,7 @@ from typing import Any, NamedTuple, Self
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from hostring.limits import grpc_options
 from hostring.membership import ring_from_proto
 from hostring.ring import Ring
 from hostring.urls import identify
@@ -158,7 +159,8 @@ class Cluster:
         """One channel per address, kept until `close`."""
         channel = self._channels.get(address)
         if channel is None:
-            channel = self._channels[address] = grpc.insecure_channel(address, options=list(self.channel_options))
+            options = [*grpc_options(), *self.channel_options]
+            channel = self._channels[address] = grpc.insecure_channel(address, options=options)
         return channel
 
     def ring(self) -> Ring:

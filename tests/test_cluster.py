@@ -26,6 +26,7 @@ that is empty when it starts (`empty_redis`) and deletes its keys afterwards.
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import re
 import signal
@@ -655,10 +656,17 @@ def test_complete_partly_fenced_loses_no_link(empty_redis: str, batched: bool) -
 
         ctx: Any = _Context()
 
-        def call(reqs: list[pb.CompleteRequest]) -> list[pb.CompleteResponse]:
+        async def calls(reqs: list[pb.CompleteRequest]) -> list[pb.CompleteResponse]:
             if batched:
-                return list(svc.CompleteBatch(pb.CompleteBatchRequest(completions=reqs), ctx).results)
-            return [svc.Complete(r, ctx) for r in reqs]
+                return list((await svc.CompleteBatch(pb.CompleteBatchRequest(completions=reqs), ctx)).results)
+            return [await svc.Complete(r, ctx) for r in reqs]
+
+        def call(reqs: list[pb.CompleteRequest]) -> list[pb.CompleteResponse]:
+            svc.start()  # the servicer is grpc.aio: its core thread applies the calls, then stops
+            try:
+                return asyncio.run(calls(reqs))
+            finally:
+                svc.stop()
 
         first = [request(items[moving], []), request(items[staying], links)] if batched else [
             request(items[staying], links)]  # fmt: skip

@@ -668,9 +668,11 @@ class Frontier(RobotsItems):
             breaches=dict(breaches),
         )
 
-    def coverage_input(self) -> CoverageInput:
-        """What the coverage report needs from this node: the store's rows and the in-memory counters."""
-        return CoverageInput(self._run_id, self._store.items(), self._budgets.report(), dict(self._verdicts))
+    def coverage_input(self, items: Iterable[Item] | None = None) -> CoverageInput:
+        """What the coverage report needs from this node: the store's rows (or `items`, rows a shell reads from the
+        store itself, off the core) and the in-memory counters."""
+        rows = self._store.items() if items is None else items
+        return CoverageInput(self._run_id, rows, self._budgets.report(), dict(self._verdicts))
 
 
 def _host_name(name: str) -> str:

@@ -240,7 +240,7 @@ class StatsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StatsResponse(_message.Message):
-    __slots__ = ("node_id", "ring_epoch", "urls_by_state", "hosts", "hosts_with_work", "hosts_ready", "in_flight", "queued", "seen", "discovered_by_verdict", "owned_domains", "run_id", "leases_granted", "leases_expired", "completes_stale")
+    __slots__ = ("node_id", "ring_epoch", "urls_by_state", "hosts", "hosts_with_work", "hosts_ready", "in_flight", "queued", "seen", "discovered_by_verdict", "owned_domains", "run_id", "leases_granted", "leases_expired", "completes_stale", "fault")
     class UrlsByStateEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -270,6 +270,7 @@ class StatsResponse(_message.Message):
     LEASES_GRANTED_FIELD_NUMBER: _ClassVar[int]
     LEASES_EXPIRED_FIELD_NUMBER: _ClassVar[int]
     COMPLETES_STALE_FIELD_NUMBER: _ClassVar[int]
+    FAULT_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     ring_epoch: int
     urls_by_state: _containers.ScalarMap[str, int]
@@ -285,7 +286,8 @@ class StatsResponse(_message.Message):
     leases_granted: int
     leases_expired: int
     completes_stale: int
-    def __init__(self, node_id: _Optional[str] = ..., ring_epoch: _Optional[int] = ..., urls_by_state: _Optional[_Mapping[str, int]] = ..., hosts: _Optional[int] = ..., hosts_with_work: _Optional[int] = ..., hosts_ready: _Optional[int] = ..., in_flight: _Optional[int] = ..., queued: _Optional[int] = ..., seen: _Optional[int] = ..., discovered_by_verdict: _Optional[_Mapping[str, int]] = ..., owned_domains: _Optional[int] = ..., run_id: _Optional[str] = ..., leases_granted: _Optional[int] = ..., leases_expired: _Optional[int] = ..., completes_stale: _Optional[int] = ...) -> None: ...
+    fault: str
+    def __init__(self, node_id: _Optional[str] = ..., ring_epoch: _Optional[int] = ..., urls_by_state: _Optional[_Mapping[str, int]] = ..., hosts: _Optional[int] = ..., hosts_with_work: _Optional[int] = ..., hosts_ready: _Optional[int] = ..., in_flight: _Optional[int] = ..., queued: _Optional[int] = ..., seen: _Optional[int] = ..., discovered_by_verdict: _Optional[_Mapping[str, int]] = ..., owned_domains: _Optional[int] = ..., run_id: _Optional[str] = ..., leases_granted: _Optional[int] = ..., leases_expired: _Optional[int] = ..., completes_stale: _Optional[int] = ..., fault: _Optional[str] = ...) -> None: ...
 
 class GetHostRequest(_message.Message):
     __slots__ = ("host",)
@@ -370,7 +372,7 @@ class Transition(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., run_id: _Optional[str] = ..., attempt: _Optional[int] = ..., generation: _Optional[int] = ..., from_state: _Optional[str] = ..., event: _Optional[str] = ..., to_state: _Optional[str] = ..., at: _Optional[float] = ..., policy_version: _Optional[int] = ..., reason: _Optional[str] = ..., evidence: _Optional[str] = ...) -> None: ...
 
 class UrlInfo(_message.Message):
-    __slots__ = ("fetch_key", "url", "state", "reason", "attempt", "generation", "depth", "history")
+    __slots__ = ("fetch_key", "url", "state", "reason", "attempt", "generation", "depth", "history", "history_omitted")
     FETCH_KEY_FIELD_NUMBER: _ClassVar[int]
     URL_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -379,6 +381,7 @@ class UrlInfo(_message.Message):
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     DEPTH_FIELD_NUMBER: _ClassVar[int]
     HISTORY_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_OMITTED_FIELD_NUMBER: _ClassVar[int]
     fetch_key: str
     url: str
     state: str
@@ -387,7 +390,8 @@ class UrlInfo(_message.Message):
     generation: int
     depth: int
     history: _containers.RepeatedCompositeFieldContainer[Transition]
-    def __init__(self, fetch_key: _Optional[str] = ..., url: _Optional[str] = ..., state: _Optional[str] = ..., reason: _Optional[str] = ..., attempt: _Optional[int] = ..., generation: _Optional[int] = ..., depth: _Optional[int] = ..., history: _Optional[_Iterable[_Union[Transition, _Mapping]]] = ...) -> None: ...
+    history_omitted: int
+    def __init__(self, fetch_key: _Optional[str] = ..., url: _Optional[str] = ..., state: _Optional[str] = ..., reason: _Optional[str] = ..., attempt: _Optional[int] = ..., generation: _Optional[int] = ..., depth: _Optional[int] = ..., history: _Optional[_Iterable[_Union[Transition, _Mapping]]] = ..., history_omitted: _Optional[int] = ...) -> None: ...
 
 class PauseHostRequest(_message.Message):
     __slots__ = ("host", "paused")
@@ -418,3 +422,9 @@ class ReportResponse(_message.Message):
     JSON_FIELD_NUMBER: _ClassVar[int]
     json: str
     def __init__(self, json: _Optional[str] = ...) -> None: ...
+
+class ReportChunk(_message.Message):
+    __slots__ = ("data",)
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    def __init__(self, data: _Optional[bytes] = ...) -> None: ...

@@ -95,6 +95,11 @@ class FrontierStub:
                 request_serializer=hostring_dot_v1_dot_frontier__pb2.ReportRequest.SerializeToString,
                 response_deserializer=hostring_dot_v1_dot_frontier__pb2.ReportResponse.FromString,
                 _registered_method=True)
+        self.ReportStream = channel.unary_stream(
+                '/hostring.v1.Frontier/ReportStream',
+                request_serializer=hostring_dot_v1_dot_frontier__pb2.ReportRequest.SerializeToString,
+                response_deserializer=hostring_dot_v1_dot_frontier__pb2.ReportChunk.FromString,
+                _registered_method=True)
 
 
 class FrontierServicer:
@@ -103,6 +108,7 @@ class FrontierServicer:
 
     def Discover(self, request, context):
         """Admit a batch of discovered links; one verdict per link, in order.
+        Big batches are applied in slices of 1,000 links, other calls interleaving between them.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -174,7 +180,15 @@ class FrontierServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Report(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """The coverage report as one message (RESOURCE_EXHAUSTED when it is larger than the message limit) ...
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReportStream(self, request, context):
+        """... or as a stream of pieces of at most 1 MiB, whatever its size: concatenate `data` and parse the JSON.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -241,6 +255,11 @@ def add_FrontierServicer_to_server(servicer, server):
                     servicer.Report,
                     request_deserializer=hostring_dot_v1_dot_frontier__pb2.ReportRequest.FromString,
                     response_serializer=hostring_dot_v1_dot_frontier__pb2.ReportResponse.SerializeToString,
+            ),
+            'ReportStream': grpc.unary_stream_rpc_method_handler(
+                    servicer.ReportStream,
+                    request_deserializer=hostring_dot_v1_dot_frontier__pb2.ReportRequest.FromString,
+                    response_serializer=hostring_dot_v1_dot_frontier__pb2.ReportChunk.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -568,6 +587,33 @@ class Frontier:
             '/hostring.v1.Frontier/Report',
             hostring_dot_v1_dot_frontier__pb2.ReportRequest.SerializeToString,
             hostring_dot_v1_dot_frontier__pb2.ReportResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportStream(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/hostring.v1.Frontier/ReportStream',
+            hostring_dot_v1_dot_frontier__pb2.ReportRequest.SerializeToString,
+            hostring_dot_v1_dot_frontier__pb2.ReportChunk.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,355 @@
+"""The one thread that runs the core: batches of operations, one commit per batch, waiting Leases, the timer.
+
+The core (`Frontier`) is a plain single-threaded object. RPC coroutines on the event loop never touch it: they
+`submit` an operation (frontier_node/ops.py) and await its future. This thread takes everything queued, applies
+it under the service lock (so a handoff in frontier_node/cluster.py never runs at the same time), hands ready
+items to waiting Leases, expires leases and releases retries (`tick`), commits the store ONCE for the whole batch
+(group commit), and only then resolves each call's future on its loop: an item is reported admitted, leased or
+completed only after its journal line is committed.
+
+Long-poll Leases hold no thread: they wait here as operations, served in arrival order after every batch, so a
+completion that frees a host wakes a waiting Lease in the same commit. The thread sleeps until the next call,
+the next event of the core while Leases wait (`next_event_in`), the first Lease deadline, or TICK_S.
+
+A store that lost data (`StoreLost`) is fatal: one ERROR line, `fault` set, every data-plane call answered
+UNAVAILABLE from then on, and nothing more written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from frontier_node.core.frontier import Frontier
+from frontier_node.core.ports import Fenced, Outbox, StoreLost
+from frontier_node.core.views import FrontierStats
+from frontier_node.ops import Call, Lease, Op, Step
+
+log = logging.getLogger("hostring.node")
+
+T = TypeVar("T")
+
+TICK_S = 0.2
+"""Longest sleep with no call and no waiting Lease: leases expire and retries come due within this."""
+MAX_WAITING = 10_000
+"""Leases that may wait at once; beyond it a Lease answers at once with what is ready (empty: the client polls)."""
+_IDLE_FLOOR_S = 0.005
+_SNAPSHOT_MAX_AGE_S = 1.0
+
+
+class NodeUnavailable(RuntimeError):
+    """The node cannot take data-plane calls: its store lost data, or it is stopping. `reason` says which."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The core's counters at the end of one batch, for Stats and /metrics (never the live core)."""
+
+    stats: FrontierStats
+    version: int  # batches with calls committed before it was taken
+    taken: float  # time.monotonic()
+    fault: str
+
+
+class CoreThread:
+    """Applies operations to one Frontier on a thread of its own; see the module docstring."""
+
+    def __init__(
+        self,
+        frontier: Frontier,
+        lock: threading.Condition,
+        *,
+        outbox: Outbox | None = None,
+        on_fenced: Callable[[set[str]], None] = lambda domains: None,
+        on_fault: Callable[[str], None] = lambda reason: None,
+        store_timer: Callable[[], AbstractContextManager[object]] | None = None,
+    ) -> None:
+        self.frontier = frontier
+        self.lock = lock
+        self.outbox = outbox
+        self.on_fenced = on_fenced
+        self.on_fault = on_fault
+        self.store_timer = store_timer
+        self.fault = ""
+        self.version = 0
+        self._queue: collections.deque[Op[Any]] = collections.deque()
+        self._more: list[Op[Any]] = []  # ops with slices left, run again next batch
+        self._waiters: collections.deque[Lease] = collections.deque()
+        self._earliest = math.inf  # the first deadline among the waiting Leases
+        self._wake = threading.Event()
+        self._timeout = 0.0
+        self._stopping = False
+        self._draining = False
+        self._thread: threading.Thread | None = None
+        self._snapshot_cost = 0.0
+        self.snapshot = self._take_snapshot()
+
+    # ------------------------------------------------------------------ the loop's side
+
+    def submit(self, op: Op[T]) -> asyncio.Future[T]:
+        """Queue `op` (called on an event loop); its future resolves on that loop after the op's commit."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        if self._stopping:
+            future.set_exception(NodeUnavailable("node stopping"))
+            return future
+        if op.data_plane and self.fault:
+            future.set_exception(NodeUnavailable(self.fault))
+            return future
+        op.future, op.loop = future, loop
+        self._queue.append(op)
+        self._wake.set()
+        return future
+
+    def fresh(self) -> bool:
+        """Whether the published snapshot still shows the core as it is (no call committed since, and recent)."""
+        snap = self.snapshot
+        return snap.version == self.version and time.monotonic() - snap.taken < _SNAPSHOT_MAX_AGE_S
+
+    def snapshot_op(self) -> Call[Snapshot]:
+        """An op that answers a snapshot taken at its batch (at most one per batch, and at most ~10% of core time)."""
+        return Call(lambda core: self._publish())
+
+    # ------------------------------------------------------------------ life
+
+    def start(self) -> CoreThread:
+        """Start the thread (again, after a stop: a shell may pause its core)."""
+        if self.running:
+            return self
+        self._stopping = self._draining = False
+        self._thread = threading.Thread(target=self._run, name="core", daemon=True)
+        self._thread.start()
+        return self
+
+    def release_waiters(self) -> None:
+        """Answer every waiting Lease now (with whatever is ready), and let no Lease wait from now on (stopping)."""
+        self._draining = True
+        self._wake.set()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Refuse new calls, finish what is queued, answer waiting Leases, commit, and end the thread."""
+        self._draining = self._stopping = True
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait(self._timeout)
+            self._wake.clear()
+            with self.lock:
+                try:
+                    self._batch()
+                except Exception:  # a bug must not end the thread that every call waits on
+                    log.exception("core batch failed")
+                    self._timeout = TICK_S
+            if self._stopping and not (self._queue or self._more or self._waiters):
+                return
+
+    # ------------------------------------------------------------------ one batch (the lock is held)
+
+    def _batch(self) -> None:
+        ops, self._more = self._more, []
+        while self._queue:
+            ops.append(self._queue.popleft())
+        core = self.frontier
+        finished: list[Op[Any]] = []
+        ran: list[Op[Any]] = []
+        failed: list[tuple[Op[Any], BaseException]] = []
+        try:
+            if not self.fault:
+                core.tick()
+            for op in ops:
+                if op.abandoned():
+                    continue
+                if op.data_plane and (self.fault or (self._stopping and not op.started)):
+                    failed.append((op, NodeUnavailable(self.fault or "node stopping")))
+                    continue
+                try:
+                    step = op.run(core)
+                except StoreLost:
+                    raise
+                except Fenced as e:  # a store read that flushed first met a newer owner's fence
+                    self.on_fenced({e.domain, *(o.domain for o in e.others)})
+                    failed.append((op, e))
+                    continue
+                except Exception as e:
+                    failed.append((op, e))
+                    continue
+                if step is Step.WAIT:
+                    assert isinstance(op, Lease)
+                    if len(self._waiters) < MAX_WAITING:
+                        self._waiters.append(op)  # it joins the queue of waiting Leases, served below
+                        self._earliest = min(self._earliest, op.deadline)
+                        continue
+                    op.waits = False  # the waiting set is full: answer now with what is ready
+                    step = op.take(core)
+                ran.append(op)
+                (finished if step is Step.DONE else self._more).append(op)
+            if not self.fault:
+                ran += self._serve_waiters(finished)
+            self._commit(ran)
+        except StoreLost as e:
+            self._lose(e)
+            lost = NodeUnavailable(self.fault)
+            finished = [op for op in finished if not op.data_plane]
+            kept = {id(op) for op in finished}
+            failed += [(op, lost) for op in [*ops, *ran] if id(op) not in kept]
+        except Exception as e:
+            log.exception("commit failed; the calls of this batch are answered with the error")
+            failed += [(op, e) for op in ran]
+            gone = {id(op) for op in ran}
+            self._more = [op for op in self._more if id(op) not in gone]
+            finished = []
+        if any(op.changes for op in finished) or any(op.changes for op, _ in failed):
+            self.version += 1
+        results: list[tuple[Op[Any], Any, BaseException | None]] = [(op, None, exc) for op, exc in failed]
+        for op in finished:
+            try:
+                results.append((op, op.finish(core), None))
+            except Exception as e:
+                results.append((op, None, e))
+        self._deliver(results)
+        self._timeout = self._next_timeout()
+
+    def _serve_waiters(self, finished: list[Op[Any]]) -> list[Op[Any]]:
+        """Hand ready items to waiting Leases, oldest first, until one finds nothing (the rest would find nothing
+        either); then, only when a deadline has passed (or the node drained or stops), answer the Leases whose wait
+        is over. The ones served."""
+        waiters = self._waiters
+        if not waiters:
+            return []
+        core = self.frontier
+        served: list[Op[Any]] = []
+        while waiters:
+            w = waiters[0]
+            if w.future is not None and w.future.cancelled():
+                waiters.popleft()
+            elif w.take(core) is Step.DONE:
+                served.append(waiters.popleft())
+                finished.append(w)
+            else:
+                break
+        now = time.monotonic()
+        if waiters and (now >= self._earliest or self._draining or core.drained):
+            over = self._draining or core.drained
+            keep: collections.deque[Lease] = collections.deque()
+            self._earliest = math.inf
+            for w in waiters:
+                if w.future is not None and w.future.cancelled():
+                    continue
+                if over or now >= w.deadline:
+                    finished.append(w)
+                else:
+                    keep.append(w)
+                    self._earliest = min(self._earliest, w.deadline)
+            self._waiters = keep
+        return served
+
+    def _commit(self, ran: list[Op[Any]]) -> None:
+        """Flush the store once for the batch. A partly refused flush tells each op which domains were refused (an
+        op may then leave links in the outbox: flushed again) and lets the node let go of those domains."""
+        for _ in range(3):
+            try:
+                self._flush()
+                return
+            except Fenced as e:
+                fenced = {e.domain, *(o.domain for o in e.others)}
+                log.warning("writes for %d domain(s) refused by a newer owner: %s", len(fenced), sorted(fenced)[:5])
+                self.on_fenced(fenced)
+                again = [op.refused(fenced, self.outbox) for op in ran]
+                if not any(again):
+                    return
+        self._flush()
+
+    def _flush(self) -> None:
+        store = self.frontier.store
+        with self.store_timer() if self.store_timer is not None else nullcontext():
+            store.flush()
+
+    def _lose(self, e: StoreLost) -> None:
+        """The store lost data: say so once, stop writing, and refuse data-plane calls from now on."""
+        if self.fault:
+            return
+        self.fault = f"store_lost: {e.reason}"
+        log.error("STORE LOST: %s; this node stops serving (restart it once the store is sound)", e.reason)
+        for op in self._more:
+            self._deliver([(op, None, NodeUnavailable(self.fault))])
+        self._more = []
+        self._deliver([(w, None, NodeUnavailable(self.fault)) for w in self._waiters])
+        self._waiters.clear()
+        self._earliest = math.inf
+        self.snapshot = self._take_snapshot()
+        try:
+            self.on_fault(self.fault)
+        except Exception:
+            log.exception("reporting the store fault failed")
+
+    def _next_timeout(self) -> float:
+        """How long to sleep: not at all with slices left; while Leases wait, until the core's next event or the
+        first deadline; else TICK_S (the core's next event may be a host nobody asks for)."""
+        if self._more or self._queue:
+            return 0.0
+        if not self._waiters or self.fault:
+            return TICK_S
+        wait = self._earliest - time.monotonic()
+        nxt = self.frontier.next_event_in()
+        if nxt is not None:
+            wait = min(wait, nxt)
+        return min(max(wait, _IDLE_FLOOR_S), TICK_S * 5)
+
+    # ------------------------------------------------------------------ answers
+
+    def _publish(self) -> Snapshot:
+        """A new snapshot, unless the last one still holds (no call since, and recent) or was taken too recently for
+        its cost (stats() is linear in hosts: it takes at most ~10% of the core's time)."""
+        snap = self.snapshot
+        age = time.monotonic() - snap.taken
+        if (snap.version == self.version and age < _SNAPSHOT_MAX_AGE_S) or age < 10 * self._snapshot_cost:
+            return snap
+        self.snapshot = self._take_snapshot()
+        return self.snapshot
+
+    def _take_snapshot(self) -> Snapshot:
+        t0 = time.monotonic()
+        stats = self.frontier.stats()
+        self._snapshot_cost = time.monotonic() - t0
+        return Snapshot(stats, self.version, time.monotonic(), self.fault)
+
+    @staticmethod
+    def _deliver(results: list[tuple[Op[Any], Any, BaseException | None]]) -> None:
+        """Resolve futures on their loops, one hop per loop for the whole batch."""
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any, BaseException | None]]] = {}
+        for op, value, exc in results:
+            if op.future is not None and op.loop is not None:
+                by_loop.setdefault(op.loop, []).append((op.future, value, exc))
+        for loop, batch in by_loop.items():
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
+                loop.call_soon_threadsafe(_resolve, batch)
+
+
+def _resolve(batch: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
+    for future, value, exc in batch:
+        if future.done():
+            continue
+        if exc is not None:
+            future.set_exception(exc)
+        else:
+            future.set_result(value)

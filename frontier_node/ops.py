@@ -1,0 +1,214 @@
+"""What one call asks of the core, as an operation the core thread applies in one or more slices.
+
+An operation runs on the core thread only (frontier_node/core_thread.py): `run` applies its next slice to the
+core, its writes are committed with the rest of the batch, `refused` learns which domains a newer owner fenced
+in that commit, and `finish` builds the plain result the RPC coroutine turns into a reply. Big calls are sliced
+so that other calls interleave between the slices: a Discover by links, a CompleteBatch by completions (a
+completion and its links stay in one slice: they are committed in one transaction, as the journal promises).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from frontier_node.core.frontier import Frontier
+from frontier_node.core.ports import Outbox
+from frontier_node.core.records import Item, LinkLike, LinkVerdict
+from hostring.urls import domain_of
+
+T = TypeVar("T")
+
+DISCOVER_SLICE = 1_000
+"""Links of one Discover applied per batch (about 10 ms of core time)."""
+COMPLETE_SLICE = 1_000
+"""Completions plus their links applied per batch (at least one completion, whatever its links)."""
+
+
+class Step(enum.Enum):
+    """What `run` left to do: nothing, another slice in a later batch, or wait for work (a long-poll Lease)."""
+
+    DONE = "done"
+    MORE = "more"
+    WAIT = "wait"
+
+
+class Op(Generic[T]):
+    """One call's work on the core thread. `data_plane`: refused once the store is lost; `changes`: it may change
+    what Stats shows (an inspection call does not, so the published snapshot stays current)."""
+
+    data_plane = True
+    changes = True
+
+    def __init__(self) -> None:
+        self.future: asyncio.Future[T] | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.fenced: set[str] = set()
+        self.started = False
+
+    def run(self, core: Frontier) -> Step:
+        """Apply the next slice (the core thread holds the service lock)."""
+        raise NotImplementedError
+
+    def refused(self, fenced: set[str], outbox: Outbox | None) -> bool:
+        """A commit that held this op's writes was refused for `fenced` domains; True when this buffered more writes
+        (links handed to the outbox) that the core thread must commit before answering."""
+        self.fenced |= fenced
+        return False
+
+    def finish(self, core: Frontier) -> T:
+        """The result, once every slice is committed."""
+        raise NotImplementedError
+
+    def abandoned(self) -> bool:
+        """The caller went away before the op started (a cancelled or timed-out RPC): skip it."""
+        return not self.started and self.future is not None and self.future.cancelled()
+
+
+class Call(Op[T]):
+    """A small bounded call (inspection, administration, Renew): one function of the core."""
+
+    def __init__(self, fn: Callable[[Frontier], T], *, data_plane: bool = False, changes: bool = False) -> None:
+        super().__init__()
+        self.fn = fn
+        self.data_plane = data_plane
+        self.changes = changes or data_plane
+        self._value: T | None = None
+
+    def run(self, core: Frontier) -> Step:
+        self._value = self.fn(core)
+        return Step.DONE
+
+    def finish(self, core: Frontier) -> T:
+        return self._value  # type: ignore[return-value]
+
+
+class Discover(Op[tuple[list[LinkVerdict], set[str]]]):
+    """Admit links in slices of DISCOVER_SLICE; the verdicts and the domains a newer owner fenced meanwhile."""
+
+    def __init__(self, links: Sequence[LinkLike]) -> None:
+        super().__init__()
+        self.links = links
+        self.verdicts: list[LinkVerdict] = []
+
+    def run(self, core: Frontier) -> Step:
+        self.started = True
+        done = len(self.verdicts)
+        self.verdicts += core.discover(self.links[done : done + DISCOVER_SLICE])
+        return Step.DONE if len(self.verdicts) >= len(self.links) else Step.MORE
+
+    def finish(self, core: Frontier) -> tuple[list[LinkVerdict], set[str]]:
+        return self.verdicts, self.fenced
+
+
+@dataclass(slots=True)
+class Leased:
+    """A Lease's answer: the items (none in a fenced domain), whether the node is drained, the next-ready hint."""
+
+    items: list[Item]
+    drained: bool
+    next_ready_s: float | None
+
+
+class Lease(Op[Leased]):
+    """Up to `want` items now; or, with a deadline in the future, a place among the waiting Leases."""
+
+    def __init__(self, worker_id: str, want: int, wait_s: float) -> None:
+        super().__init__()
+        self.worker_id = worker_id
+        self.want = want
+        self.deadline = time.monotonic() + wait_s
+        self.waits = wait_s > 0
+        self.items: list[Item] = []
+
+    def run(self, core: Frontier) -> Step:
+        self.started = True
+        return Step.WAIT if self.waits else self.take(core)
+
+    def take(self, core: Frontier) -> Step:
+        """Lease now; DONE with items (or nothing, when the op does not wait), else WAIT."""
+        self.items = core.lease(self.worker_id, self.want)
+        return Step.DONE if self.items or not self.waits else Step.WAIT
+
+    def finish(self, core: Frontier) -> Leased:
+        items = [it for it in self.items if it.domain not in self.fenced] if self.fenced else self.items
+        return Leased(items, core.drained, core.next_event_in())
+
+
+@dataclass(slots=True)
+class Settled:
+    """One completion's answer; `forward` holds links other nodes own when there is no outbox to leave them in."""
+
+    accepted: bool = False
+    state: str = ""
+    follow_links: bool = False
+    reason: str = ""
+    admitted: int = 0
+    forward: list[LinkLike] = field(default_factory=list)
+    wrong_owner: bool = False
+
+
+class Complete(Op[list[Settled]]):
+    """Settle leases in request order, in slices of about COMPLETE_SLICE completions-plus-links.
+
+    Links whose domain another node owns go to the outbox in the same commit when there is one (the reply then
+    carries none), else back in `forward`. A lease whose domain this node does not own answers wrong_owner.
+    """
+
+    def __init__(self, completions: Sequence[Any], outbox: Outbox | None) -> None:
+        super().__init__()
+        self.completions = completions
+        self.outbox = outbox
+        self.settled: list[tuple[Settled, str]] = []  # (answer, the lease's domain), in request order
+        self._slice_from = 0  # the first completion of the slice the current commit holds
+
+    def run(self, core: Frontier) -> Step:
+        self.started = True
+        self._slice_from = len(self.settled)
+        budget = COMPLETE_SLICE
+        while len(self.settled) < len(self.completions) and (budget > 0 or len(self.settled) == self._slice_from):
+            request = self.completions[len(self.settled)]
+            budget -= 1 + len(request.links)
+            self.settled.append(self._one(core, request))
+        return Step.DONE if len(self.settled) >= len(self.completions) else Step.MORE
+
+    def _one(self, core: Frontier, request: Any) -> tuple[Settled, str]:
+        domain = core.leased_domain(request.lease_id)
+        if domain is None:
+            domain = domain_of(request.lease_id)
+        if not core.owns(domain):
+            return Settled(reason="wrong_owner", wrong_owner=True), domain
+        done = core.complete(request.lease_id, request.generation, request.outcome, request.links)
+        forward = done.forward
+        if forward and self.outbox is not None:
+            self.outbox.forward(forward)
+            forward = []
+        return Settled(done.accepted, done.state, done.follow_links, done.reason, done.admitted, forward), domain
+
+    def refused(self, fenced: set[str], outbox: Outbox | None) -> bool:
+        """Leases in a refused domain answer wrong_owner (the new owner settles the re-sent Complete); links that fell
+        in refused domains go to the outbox (then the caller commits again) or back in `forward`."""
+        super().refused(fenced, outbox)
+        more = False
+        for i in range(self._slice_from, len(self.settled)):
+            answer, domain = self.settled[i]
+            if answer.wrong_owner:
+                continue
+            if domain in fenced:
+                self.settled[i] = (Settled(reason="wrong_owner", wrong_owner=True), domain)
+            elif answer.follow_links:
+                request = self.completions[i]
+                lost = [link for link in request.links if domain_of(link.observed, link.base_url) in fenced]
+                if lost and self.outbox is not None:
+                    self.outbox.forward(lost)
+                    more = True
+                elif lost:
+                    answer.forward.extend(lost)
+        return more
+
+    def finish(self, core: Frontier) -> list[Settled]:
+        return [answer for answer, _ in self.settled]
