@@ -10,6 +10,9 @@ from __future__ import annotations
 from typing import Final
 
 MAX_MESSAGE_BYTES: Final = 16 * 2**20
+MAX_LINK_PAYLOAD_BYTES: Final = 8 * 2**10
+"""Cap of Link.payload, the opaque client data a node keeps with an item (the Scrapy plug-in's serialised
+request). 1000 leased items at the cap still fit in one message."""
 
 
 def grpc_options(max_message_bytes: int = MAX_MESSAGE_BYTES) -> list[tuple[str, int]]:
