@@ -28,9 +28,12 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 
 from hostring.urls import identify
+from hostring.v1 import frontier_pb2 as pb
+from hostring.v1 import frontier_pb2_grpc as pb_grpc
 from hostring_testing import (
     LocalWeb,
     Oracle,
@@ -319,6 +322,39 @@ def test_a_killed_process_loses_nothing(tmp_path: Path, spiders: list[Spider]) -
         }
         assert {key_of(web, i["url"]) for i in survivor_items} == survivor_pages
         print(f"leases expired after the kill: {len(expired)}; fetched twice: {sorted(twice)}")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_wait_mode_takes_work_seeded_later_and_stops_on_sigint(tmp_path: Path, spiders: list[Spider]) -> None:
+    """HOSTRING_WHEN_DRAINED = "wait": a spider without start URLs stays up while the node is empty, crawls what
+    an operator seeds later (a seed without payload reaches the spider's default callback), and stops cleanly
+    on SIGINT, giving nothing back because it holds nothing."""
+    sites = {"a": Site(pages={"/": html_page(links("/x", "/y")), "/x": html_page(links("/")), "/y": html_page("")})}
+    with LocalWeb(sites) as web:
+        node, port = serve(node_args(tmp_path, 0.05, 10.0, random_model(1)), tmp_path, "node")
+        try:
+            spider = Spider("w", tmp_path, [], [f"HOSTRING_NODES=127.0.0.1:{port}", "HOSTRING_WHEN_DRAINED=wait"])
+            spiders.append(spider)
+            spider.start()
+            wait_for(lambda: "leasing from" in spider.stderr() or not spider.running, 60, "the spider to lease")
+            time.sleep(3.0)  # well past HOSTRING_DRAIN_GRACE_S with nothing to do
+            assert spider.running, spider.output()
+            with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+                stub = pb_grpc.FrontierStub(channel)  # type: ignore[no-untyped-call]
+                seed = pb.Link(observed=web.url("a"), seed=True)
+                assert stub.Discover(pb.DiscoverRequest(links=[seed]), timeout=10).verdicts[0].verdict == pb.ADMITTED
+            wait_for(lambda: len(page_hits(web)) == 3, 60, "the seeded site to be crawled")
+            time.sleep(2.0)
+            assert spider.running, "the spider closed although told to wait"
+            spider.send(signal.SIGINT)
+            assert spider.wait(60) == 0, spider.output()
+        finally:
+            node.stop(signal.SIGKILL)
+    assert web.duplicates(include_robots=True) == []
+    assert {i["url"] for i in spider.items()} == {web.url("a", p) for p in ("/", "/x", "/y")}
+    assert "Closing spider (shutdown)" in spider.stderr()
+    assert "hostring/lease/given_back" not in spider.stderr()
 
 
 def held_by(tmp: Path, worker_id: str) -> set[str]:

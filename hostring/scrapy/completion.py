@@ -55,6 +55,8 @@ class Handout:
     outcome: pb.Outcome | None = None
     """The outcome of a 2xx page while the spider works on it (its Complete waits for the spider's output)."""
     captured: list[Request] = field(default_factory=list)
+    known: int = 0
+    """Requests the spider yielded from this page that this process had given hostring before."""
     overdue: asyncio.TimerHandle | None = None
 
     @property
@@ -146,16 +148,17 @@ class Completer:
 
     def capture(self, handout: Handout, request: Request) -> None:
         """Keep a request the spider yielded from a 2xx page for that page's Complete, after the checks the
-        engine would run (request_scheduled: e.g. OffsiteMiddleware)."""
+        engine would run (request_scheduled: e.g. OffsiteMiddleware). A URL this process already gave hostring
+        is skipped first: navigation repeats on every page, and hostring has it."""
+        if self._known(request.url):
+            handout.known += 1
+            return
         results = self.crawler.signals.send_catch_log(
             signal=signals.request_scheduled, request=request, spider=self.spider, dont_log=IgnoreRequest
         )
         for _, result in results:
             if isinstance(result, Failure) and isinstance(result.value, IgnoreRequest):
                 return
-        if self._known(request.url):
-            self._stat("hostring/discover/known")
-            return
         handout.captured.append(request)
 
     def finish_output(self, handout: Handout) -> None:
@@ -166,6 +169,8 @@ class Completer:
         handout.outcome = None
         if handout.overdue is not None:
             handout.overdue.cancel()
+        if handout.known:
+            self._stat("hostring/discover/known", handout.known)
         links: list[pb.Link] = []
         for request in handout.captured:
             try:
