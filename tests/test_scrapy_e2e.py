@@ -357,6 +357,27 @@ def test_wait_mode_takes_work_seeded_later_and_stops_on_sigint(tmp_path: Path, s
     assert "hostring/lease/given_back" not in spider.stderr()
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_long_download_keeps_its_lease(tmp_path: Path, spiders: list[Spider]) -> None:
+    """A page that takes three times the lease to answer is renewed while it downloads: fetched once, no lease
+    expires, and the spider gets it."""
+    sites = {"a": Site(pages={"/": html_page(links("/slow")), "/slow": html_page(links("/"), delay_s=4.5)})}
+    with LocalWeb(sites) as web:
+        node, port = serve(node_args(tmp_path, 0.05, 1.5, random_model(1)), tmp_path, "node")
+        try:
+            spider = Spider("r", tmp_path, [web.url("a")], [f"HOSTRING_NODES=127.0.0.1:{port}"], "DOWNLOAD_TIMEOUT=20")
+            spiders.append(spider)
+            run_together([spider], 90)
+            expired = journal(tmp_path, event="expire")
+        finally:
+            node.stop(signal.SIGKILL)
+    assert web.duplicates(include_robots=True) == [], "the long download was handed out again"
+    assert expired == []
+    assert {i["url"] for i in spider.items()} == {web.url("a"), web.url("a", "/slow")}
+    assert spider.stats()["hostring/renew/ok"] >= 2, spider.stats()
+
+
 def held_by(tmp: Path, worker_id: str) -> set[str]:
     """Keys the node's journal shows leased to `worker_id` and not settled since."""
     holder: dict[str, str] = {}

@@ -141,9 +141,12 @@ class Scheduler(BaseScheduler):
         if meta.get(HANDOFF_KEY):  # the stand-in for a download hostring took over: nothing to store
             return True
         handout = handout_of(request)
-        if handout is not None and not handout.lease.completing and request.url == handout.lease.item.url:
-            self._ready.append(request)  # a middleware re-scheduled a download it had not finished
-            return True
+        if handout is not None:
+            if handout.awaiting_output:  # a downloader middleware turned a 2xx page into another request
+                handout.completer.finish_output(handout)
+            elif not handout.lease.completing and request.url == handout.lease.item.url:
+                self._ready.append(request)  # a middleware re-scheduled a download it had not finished
+                return True
         return self._discover(request)
 
     def next_request(self) -> Request | None:
