@@ -184,12 +184,12 @@ class Completer:
 
     async def _complete_page(self, lease: Lease, outcome: pb.Outcome, links: list[pb.Link]) -> None:
         resp = await self.session.complete(lease, outcome, links)
-        self._stat("hostring/discover/sent", len(links))
+        self._stat("hostring/complete/links_sent", len(links))
         if resp is None or not resp.accepted:
             return
-        self._stat("hostring/discover/admitted", resp.admitted)
+        self._stat("hostring/complete/links_admitted", resp.admitted)
         if links and not resp.follow_links:
-            self._stat(f"hostring/links_dropped/{resp.reason or 'not_followed'}", len(links))
+            self._stat(f"hostring/complete/links_dropped/{resp.reason or 'not_followed'}", len(links))
             return
         for link in links:
             self._remember(link.observed)

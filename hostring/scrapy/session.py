@@ -315,9 +315,16 @@ class FrontierSession:
             self._stat("hostring/complete/stale", 1)
         else:
             self._stat(f"hostring/complete/{resp.state or 'unknown'}", 1)
-        if resp.forward:
-            self.spawn(self.clients.route(list(resp.forward)), "hostring-forward")
+        if resp.forward:  # links whose domains another node owns: this process still has them to discover
+            self._discovering += len(resp.forward)
+            self.spawn(self._forward(list(resp.forward)), "hostring-forward")
         return resp
+
+    async def _forward(self, links: list[pb.Link]) -> None:
+        try:
+            await self.clients.route(links)
+        finally:
+            self._discovering -= len(links)
 
     # ------------------------------------------------------------------ discovering
 
