@@ -61,6 +61,7 @@ from hostring_testing.crawls import (
     serve,
 )
 from hostring_testing.proc import REPO, STARTUP_TIMEOUT_S
+from tests.test_security import Pki, pki  # noqa: F401 (the certificates fixture)
 
 EXAMPLE = REPO / "examples" / "scrapy_spider.py"
 STAT_LINE = re.compile(r"'(hostring/[^']+)': (\d+)")
@@ -376,6 +377,24 @@ def test_a_long_download_keeps_its_lease(tmp_path: Path, spiders: list[Spider]) 
     assert expired == []
     assert {i["url"] for i in spider.items()} == {web.url("a"), web.url("a", "/slow")}
     assert spider.stats()["hostring/renew/ok"] >= 2, spider.stats()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_mutual_tls_to_the_node(tmp_path: Path, pki: Pki, spiders: list[Spider]) -> None:  # noqa: F811
+    """HOSTRING_TLS_CERT/KEY/CA: a spider crawls through a node that requires client certificates."""
+    sites = {"a": Site(pages={"/": html_page(links("/x")), "/x": html_page(links("/"))})}
+    tls = [f"HOSTRING_TLS_CERT={pki.cert}", f"HOSTRING_TLS_KEY={pki.key}", f"HOSTRING_TLS_CA={pki.ca}"]
+    with LocalWeb(sites) as web:
+        node, port = serve([*node_args(tmp_path, 0.05, 10.0, random_model(1)), *pki.flags()], tmp_path, "node")
+        try:
+            spider = Spider("t", tmp_path, [web.url("a")], [f"HOSTRING_NODES=127.0.0.1:{port}", *tls])
+            spiders.append(spider)
+            run_together([spider], 90)
+        finally:
+            node.stop(signal.SIGKILL)
+    assert {i["url"] for i in spider.items()} == {web.url("a"), web.url("a", "/x")}
+    assert "plaintext" not in node.stderr(), "the node did not run with TLS"
 
 
 def held_by(tmp: Path, worker_id: str) -> set[str]:
