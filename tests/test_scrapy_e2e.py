@@ -408,6 +408,51 @@ def held_by(tmp: Path, worker_id: str) -> set[str]:
     return {key for key, who in holder.items() if who == worker_id}
 
 
+# ---------------------------------------------------------------------------------------------- several nodes
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_two_processes_share_two_standalone_nodes(tmp_path: Path, spiders: list[Spider]) -> None:
+    """HOSTRING_NODES with two nodes started without a coordinator: the spiders shard the domains by a ring of
+    the node addresses (links another node owns are Discovered there, not admitted by the node that leased the
+    page), so each domain lives on one node and every page is still fetched once, politely."""
+    model = random_model(
+        31, origins=6, pages_per_origin=12, unavailable_robots=0, redirect_robots_fraction=0.0,
+        trap_fraction=0.0, seeds=6, user_agent=TOKEN,
+    )  # fmt: skip
+    oracle = oracle_for(model)
+    delay = 0.1
+    with LocalWeb(render_model(model, 31)) as web:
+        nodes = []
+        try:
+            for n in ("n1", "n2"):
+                (tmp_path / n).mkdir()
+                nodes.append(serve(node_args(tmp_path / n, delay, 10.0, model), tmp_path, n))
+            addresses = ",".join(f"127.0.0.1:{port}" for _, port in nodes)
+            starts = oracle.seed_urls(web)
+            spiders += [Spider(n, tmp_path, starts, [f"HOSTRING_NODES={addresses}"]) for n in ("a", "b")]
+            run_together(spiders, 180)
+            reports = {}
+            for proc, port in nodes:
+                with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+                    stub = pb_grpc.FrontierStub(channel)  # type: ignore[no-untyped-call]
+                    resp = stub.Report(pb.ReportRequest(dispositions=True), timeout=10)
+                    reports[proc.name] = json.loads(resp.json)["dispositions"]
+        finally:
+            for proc, _ in nodes:
+                proc.stop(signal.SIGKILL)
+
+    judge_coverage(web, model, oracle)
+    assert web.duplicates(include_robots=True) == [], "fetched more than once (robots files included)"
+    judge_politeness(web, delay)
+    judge_fair_share(web, oracle, spiders)
+    judge_items(web, oracle, spiders[0].items() + spiders[1].items(), set(starts))
+    domains = {name: {identify(row["url"]).domain for row in rows} for name, rows in reports.items()}
+    assert domains["n1"] and domains["n2"], f"one node got every domain: {domains}"
+    assert not domains["n1"] & domains["n2"], f"domains on both nodes: {domains['n1'] & domains['n2']}"
+
+
 # ---------------------------------------------------------------------------------------------- a cluster
 
 

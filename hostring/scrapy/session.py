@@ -23,6 +23,7 @@ from hostring.client import CompletionBatcher, NodeClients, Router
 from hostring.limits import grpc_options
 from hostring.ring import Member, Ring
 from hostring.security import INSECURE, TlsConfig
+from hostring.urls import domain_of
 from hostring.v1 import frontier_pb2 as pb
 
 log = logging.getLogger("hostring.scrapy")
@@ -61,6 +62,14 @@ class StaticRing:
 
     async def refresh(self) -> None:
         return None
+
+    def split(self, links: Sequence[pb.Link], address: str) -> tuple[list[pb.Link], list[pb.Link]]:
+        """(the links `address` owns, the others)."""
+        own: list[pb.Link] = []
+        other: list[pb.Link] = []
+        for link in links:
+            (own if self.owner(domain_of(link.observed, link.base_url)) == address else other).append(link)
+        return own, other
 
 
 @dataclass(eq=False)
@@ -277,6 +286,18 @@ class FrontierSession:
         if lease.completing:
             return None
         lease.completing = True
+        if links and isinstance(self.router, StaticRing) and len(self.router.addresses) > 1:
+            # Standalone nodes each own everything: only this client's ring says where a link belongs, so links
+            # for other nodes are Discovered there (before the Complete, so that none is lost) rather than
+            # admitted by the node that leased the page.
+            own, foreign = self.router.split(links, lease.address)
+            if foreign:
+                self._discovering += len(foreign)
+                try:
+                    await self.clients.route(foreign)
+                finally:
+                    self._discovering -= len(foreign)
+            links = own
         request = pb.CompleteRequest(
             lease_id=lease.item.lease_id,
             generation=lease.item.generation,
