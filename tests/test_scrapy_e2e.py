@@ -218,11 +218,17 @@ def test_two_processes_share_one_node(tmp_path: Path, spiders: list[Spider]) -> 
         )  # fmt: skip
         try:
             starts = [*oracle.seed_urls(web), web.url("flaky")]
-            spiders += [Spider(n, tmp_path, starts, [f"HOSTRING_NODES=127.0.0.1:{port}"]) for n in ("a", "b")]
+            # Spider a also asks Scrapy to obey robots.txt: hostring owns it, so nothing may be fetched twice.
+            hostring = [f"HOSTRING_NODES=127.0.0.1:{port}"]
+            spiders += [
+                Spider("a", tmp_path, starts, hostring, "ROBOTSTXT_OBEY=True"),
+                Spider("b", tmp_path, starts, hostring),
+            ]
             run_together(spiders, 180)
         finally:
             node.stop(signal.SIGKILL)
 
+        assert "hostring owns robots.txt" in spiders[0].stderr()
         judge_coverage(web, model, oracle)
         dead = next(iter(oracle.robots_unavailable))
         assert [h for h in page_hits(web, oracle.robots_fetches) if h.label == dead] == [], "the 503-robots origin"
@@ -256,7 +262,7 @@ def test_two_processes_share_one_node(tmp_path: Path, spiders: list[Spider]) -> 
         redirects = {k for k, spec in model.pages.items() if spec.redirect_to and k in oracle.reachable_allowed}
         assert redirects, "the web should have page redirects"
         assert stats["hostring/withheld/redirect"] == 1 + len(redirects), stats
-        assert stats["hostring/lease/robots"] == len(robots), stats
+        assert stats["hostring/lease/robots"] == len(robots), stats  # every robots fetch was a hostring lease
         assert stats["hostring/lease/page"] == sum(counts.values()), stats
         print(f"pages by process: {shares}; hostring stats: {dict(sorted(stats.items()))}")
 
