@@ -179,18 +179,23 @@ def judge_items(
 # ---------------------------------------------------------------------------------------------- one node
 
 
-def flaky_site() -> Site:
-    """A 429 with Retry-After, a page that always times out, a 302 to a page of the same origin."""
-    return Site(
-        pages={
-            "/": html_page(links("/busy", "/slow", "/moved", "/fine")),
-            "/busy": Page(status=429, body=b"slow down\n", content_type="text/plain", headers={"Retry-After": "1"}),
-            "/slow": html_page(links("/") + " " * 4000, trickle_s=0.01),
-            "/moved": redirect_page("{{origin:flaky}}/landed", status=302),
-            "/landed": html_page(links("/")),
-            "/fine": html_page(links("/")),
-        }
-    )
+def flaky_sites() -> dict[str, Site]:
+    """An origin that links to a 429 with Retry-After and to a page that always times out (each on an origin of
+    its own, so their backoffs overlap) and has a 302 to a page of its own."""
+    return {
+        "flaky": Site(
+            pages={
+                "/": html_page(links("{{origin:busy}}/", "{{origin:slow}}/", "/moved", "/fine")),
+                "/moved": redirect_page("{{origin:flaky}}/landed", status=302),
+                "/landed": html_page(links("/")),
+                "/fine": html_page(links("/")),
+            }
+        ),
+        "busy": Site(
+            pages={"/": Page(status=429, body=b"slow down\n", content_type="text/plain", headers={"Retry-After": "1"})}
+        ),
+        "slow": Site(pages={"/": html_page(links("/") + " " * 4000, trickle_s=0.01)}),
+    }
 
 
 def node_args(tmp: Path, delay: float, lease_s: float, model: WebModel, *extra: str) -> list[str]:
@@ -203,12 +208,12 @@ def node_args(tmp: Path, delay: float, lease_s: float, model: WebModel, *extra: 
 @pytest.mark.timeout(240)
 def test_two_processes_share_one_node(tmp_path: Path, spiders: list[Spider]) -> None:
     """Two Scrapy processes, one `hostring node`: a generated web of six origins (robots rules, a robots.txt that
-    answers 503, robots redirects, page redirects, mirrors, nofollow) plus an origin that answers 429, times
-    out and redirects. Judged as `hostring crawl` is."""
+    answers 503, robots redirects, page redirects, mirrors, nofollow) plus origins that answer 429, time
+    out and redirect. Judged as `hostring crawl` is."""
     model = random_model(29, origins=6, pages_per_origin=16, unavailable_robots=1, trap_fraction=0.0, user_agent=TOKEN)
     oracle = oracle_for(model)
     assert oracle.blocked and oracle.robots_redirects and oracle.robots_unavailable, "the web should test robots"
-    sites = {**render_model(model, 29), "flaky": flaky_site()}
+    sites = {**render_model(model, 29), **flaky_sites()}
     delay, max_attempts = 0.2, 3
     with LocalWeb(sites) as web:
         node, port = serve(
@@ -232,16 +237,17 @@ def test_two_processes_share_one_node(tmp_path: Path, spiders: list[Spider]) -> 
         judge_coverage(web, model, oracle)
         dead = next(iter(oracle.robots_unavailable))
         assert [h for h in page_hits(web, oracle.robots_fetches) if h.label == dead] == [], "the 503-robots origin"
-        retried = {("flaky", "/busy"), ("flaky", "/slow")}
+        retried = {("busy", "/"), ("slow", "/")}
         counts = Counter((h.label, h.resource) for h in page_hits(web, oracle.robots_fetches))
         assert {k: n for k, n in counts.items() if n > 1} == dict.fromkeys(retried, max_attempts)
         robots = [h for h in web.hits if h.resource == "/robots.txt" or (h.label, h.resource) in oracle.robots_fetches]
-        assert {(h.label, h.resource) for h in robots} == oracle.robots_fetches | {("flaky", "/robots.txt")}
+        extra_robots = {(label, "/robots.txt") for label in ("flaky", "busy", "slow")}
+        assert {(h.label, h.resource) for h in robots} == oracle.robots_fetches | extra_robots
         judge_politeness(web, delay, tolerance=0.03)
         # After each 429 the origin rests at least Retry-After, whichever page comes next.
-        after_429 = [gap for gap, prev, _ in gaps(web.hits_for("flaky")) if prev.status == 429]
+        after_429 = [gap for gap, prev, _ in gaps(web.hits_for("busy")) if prev.status == 429]
         assert after_429 and min(after_429) >= 1.0 - 0.02, after_429
-        slow = [h for h in web.hits_for("flaky") if h.resource == "/slow"]
+        slow = [h for h in web.hits_for("slow") if h.resource == "/"]
         assert all(not h.complete and 1.5 < h.end - h.start < 5.0 for h in slow), slow  # DOWNLOAD_TIMEOUT 2 s
 
         shares = judge_fair_share(web, oracle, spiders)
@@ -252,8 +258,8 @@ def test_two_processes_share_one_node(tmp_path: Path, spiders: list[Spider]) -> 
         assert ("flaky", "/moved") not in pages
         errors = Counter((key_of(web, i["url"]), i["error"], i["status"]) for i in items if "error" in i)
         assert errors == {
-            (("flaky", "/busy"), "HttpError", 429): 1,
-            (("flaky", "/slow"), "DownloadTimeoutError", 0): 1,
+            (("busy", "/"), "HttpError", 429): 1,
+            (("slow", "/"), "DownloadTimeoutError", 0): 1,
             **{(key, "HttpError", 404): 1 for key in oracle.broken},
         }
 
