@@ -237,8 +237,10 @@ class FrontierSession:
                 self._stat("hostring/lease/robots" if item.kind == pb.ROBOTS else "hostring/lease/page", 1)
                 try:
                     self._on_lease(lease)
-                except Exception:
+                except Exception as e:  # give it back rather than hold (and renew) it for ever
                     log.exception("handing out %s failed", item.url)
+                    failed = pb.Outcome(error_class="client_error", error_detail=repr(e)[:500], retry_after_s=-1)
+                    self.spawn(self.complete(lease, failed), "hostring-complete")
             if not resp.items and resp.drained:
                 await asyncio.sleep(_IDLE_POLL_S)
 
