@@ -41,8 +41,12 @@ def store_path(url: str) -> Path:
     return Path(url)
 
 
+# The report needs no client payloads, and a schema-1 file (read-only here, so never upgraded) has none.
+_REPORT_COLUMNS = tuple(c for c in ITEM_COLUMNS if c != "payload")
+
+
 def _item(row: tuple[Any, ...]) -> Item:
-    values = dict(zip(ITEM_COLUMNS, row, strict=True))
+    values = dict(zip(_REPORT_COLUMNS, row, strict=True))
     values["kind"] = Kind(values["kind"])
     values["state"] = State(values["state"])
     return Item(**values)
@@ -68,7 +72,7 @@ def store_report(path: Path, *, dispositions: bool = False) -> dict[str, Any]:
     try:
         con.execute("BEGIN")  # one read snapshot for items, journal and meta
         run_row = con.execute("SELECT value FROM meta WHERE name = 'run_id'").fetchone()
-        items = [_item(r) for r in con.execute(f"SELECT {', '.join(ITEM_COLUMNS)} FROM items ORDER BY rowid")]
+        items = [_item(r) for r in con.execute(f"SELECT {', '.join(_REPORT_COLUMNS)} FROM items ORDER BY rowid")]
         leases = Counter(dict(con.execute("SELECT key, COUNT(*) FROM journal WHERE event = 'lease' GROUP BY key")))
         last = dict(
             con.execute(

@@ -433,4 +433,5 @@ def _lease_item(item: Item) -> pb.LeaseItem:
         host=item.host,
         redirect_hops=item.redirect_hops,
         domain=item.domain,
+        payload=item.payload,
     )

@@ -90,6 +90,7 @@ RULES: Final[Mapping[str, Mapping[str, Rule]]] = {
         "source_key": Rule(cap=MAX_URL_CHARS, printable=True),
         "depth": Rule(hi=1_000_000),
         "redirect_hops": Rule(hi=100),
+        "payload": Rule(per_link=True),  # the core rejects one over MAX_LINK_PAYLOAD_BYTES: payload_too_large
     },
     "DiscoverRequest": {
         "links": Rule(cap=MAX_LINKS_PER_DISCOVER),

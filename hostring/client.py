@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import grpc
@@ -92,8 +92,16 @@ class NodeClients:
         for channel in self._channels.values():
             await channel.close(None)
 
-    async def route(self, links: Sequence[pb.Link]) -> int:
-        """Send links to the owners of their domains; the number that found no owner by the deadline."""
+    async def route(
+        self,
+        links: Sequence[pb.Link],
+        on_verdicts: Callable[[Sequence[pb.Link], Sequence[pb.LinkVerdict]], None] | None = None,
+    ) -> int:
+        """Send links to the owners of their domains; the number that found no owner by the deadline.
+
+        `on_verdicts(chunk, verdicts)` sees every answered Discover (WRONG_OWNER verdicts included: those links
+        are sent again, and answered again later).
+        """
         pending = list(links)
         deadline = asyncio.get_running_loop().time() + ROUTE_DEADLINE_S
         round_ = 0
@@ -116,6 +124,8 @@ class NodeClients:
                         log.warning("discover on %s failed (%s); will re-route", address, e.code().name)
                         retry += chunk
                         continue
+                    if on_verdicts is not None:
+                        on_verdicts(chunk, resp.verdicts)
                     retry += [link for link, v in zip(chunk, resp.verdicts, strict=True) if v.verdict == pb.WRONG_OWNER]
             if not retry:
                 return 0

@@ -13,6 +13,9 @@ from __future__ import annotations
 from typing import Final
 
 MAX_MESSAGE_BYTES: Final = 16 * 2**20
+MAX_LINK_PAYLOAD_BYTES: Final = 8 * 2**10
+"""Cap of Link.payload, the opaque client data a node keeps with an item (the Scrapy plug-in's serialised
+request). 1000 leased items at the cap still fit in one message."""
 
 MAX_URL_CHARS: Final = 8_192
 """URLs and fetch keys a node stores (source_key, lease_id, GetUrl): above any max URL length a node admits."""

@@ -31,6 +31,7 @@ from frontier_node.core.robots_items import RobotsItems
 from frontier_node.core.states import Event, State, next_state
 from frontier_node.core.views import CoverageInput, FrontierStats, HostView
 from hostring.clock import Clock
+from hostring.limits import MAX_LINK_PAYLOAD_BYTES
 from hostring.urls import UrlIdentity, UrlRejected, identify, reference_key
 
 __all__ = ["Completion", "Frontier", "LeaseError"]
@@ -121,6 +122,10 @@ class Frontier(RobotsItems):
         seen, verdicts, owns, budgets = self._seen, self._verdicts, self._owns, self._budgets
         abandoned = self._abandoned
         for link in links:
+            if len(link.payload) > MAX_LINK_PAYLOAD_BYTES:
+                verdicts[("rejected", "payload_too_large")] += 1
+                append(LinkVerdict(Verdict.REJECTED, "payload_too_large"))
+                continue
             try:
                 ident, h = self._identify(link.observed, link.base_url)
             except UrlRejected as e:
@@ -207,10 +212,12 @@ class Frontier(RobotsItems):
 
     def _new_item(self, ident: UrlIdentity, link: LinkLike) -> Item:
         return Item(ident.fetch_key, ident.url, ident.host, ident.origin, ident.domain, Kind.PAGE, link.depth,
-                    link.priority, self._next_seq(), link.redirect_hops, source=link.source_key)  # fmt: skip
+                    link.priority, self._next_seq(), link.redirect_hops, source=link.source_key,
+                    payload=link.payload)  # fmt: skip
 
     def _reject(self, ident: UrlIdentity, link: LinkLike, reason: str) -> None:
         item = self._new_item(ident, link)
+        item.payload = b""  # kept for items that will be leased only
         self._move(item, Event.REJECT, reason, data=pack_admit(item))
 
     def _admit(self, item: Item) -> None:

@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from frontier_node.core.records import Entry, Item, Kind
 from frontier_node.core.states import Event, State, next_state
 
-# Field order of the tab-separated `data` of an admit line. Normalized URLs and hosts hold no tabs.
+# Field order of the tab-separated `data` of an admit line. Normalized URLs and hosts hold no tabs. The
+# payload (base64, no tabs either) is an eleventh field only when the item has one, so lines without stay as
+# they always were.
 ADMIT_FIELDS = ("url", "host", "origin", "domain", "kind", "depth", "priority", "seq", "redirect_hops", "source")
 
 
 def pack_admit(item: Item) -> str:
     """The `data` of an admit line (and of lines that move an item elsewhere): what replay needs to rebuild it."""
-    return "\t".join(
+    data = "\t".join(
         (
             item.url,
             item.host,
@@ -28,11 +32,19 @@ def pack_admit(item: Item) -> str:
             item.source,
         )
     )
+    return data + "\t" + base64.b64encode(item.payload).decode("ascii") if item.payload else data
 
 
 def unpack_admit(key: str, data: str) -> Item:
     """Rebuild a fresh (discovered) item from the `data` of its admit line."""
-    url, host, origin, domain, kind, depth, priority, seq, hops, source = data.split("\t")
+    fields = data.split("\t")
+    payload = b""
+    if len(fields) == len(ADMIT_FIELDS) + 1:
+        try:
+            payload = base64.b64decode(fields.pop(), validate=True)
+        except binascii.Error as e:
+            raise ValueError(f"admit line of {key!r}: payload is not base64: {e}") from e
+    url, host, origin, domain, kind, depth, priority, seq, hops, source = fields
     return Item(
         key=key,
         url=url,
@@ -45,6 +57,7 @@ def unpack_admit(key: str, data: str) -> Item:
         seq=int(seq),
         redirect_hops=int(hops),
         source=source,
+        payload=payload,
     )
 
 

@@ -53,6 +53,8 @@ class LinkLike(Protocol):
     def redirect_hops(self) -> int: ...
     @property
     def seed(self) -> bool: ...
+    @property
+    def payload(self) -> builtins.bytes: ...
 
 
 @dataclass(slots=True)
@@ -66,6 +68,7 @@ class Link:
     priority: int = 0
     redirect_hops: int = 0
     seed: bool = False
+    payload: builtins.bytes = b""
 
 
 class OutcomeLike(Protocol):
@@ -159,6 +162,8 @@ class Item:
     evidence: str = ""
     digest: str = ""
     source: str = ""
+    payload: bytes = b""
+    """Opaque client data from the admitting link (Link.payload), handed back on every lease."""
 
     @property
     def order(self) -> tuple[int, int]:

@@ -30,14 +30,15 @@ from typing import Any, Final
 from frontier_node.core.records import Entry, Item, Kind
 from frontier_node.core.states import State
 
-SCHEMA_VERSION: Final = 1
+# 2 added items.payload (opaque client data, Link.payload); a version-1 file is upgraded in place on open.
+SCHEMA_VERSION: Final = 2
 # The meta row holding the schema version; `set_meta` refuses this name so a caller cannot clobber it.
 SCHEMA_KEY: Final = "hostring.store.schema_version"
 
 ITEM_COLUMNS: Final = (
     "key", "url", "host", "origin", "domain", "kind", "depth", "priority", "seq", "redirect_hops", "state",
     "attempt", "generation", "reason", "deadline", "due_at", "status", "etag", "last_modified", "evidence",
-    "digest", "source",
+    "digest", "source", "payload",
 )  # fmt: skip
 JOURNAL_COLUMNS: Final = (
     "seq", "run_id", "key", "attempt", "generation", "from_state", "event", "to_state", "at",
@@ -64,7 +65,7 @@ CREATE TABLE items (
     seq INTEGER NOT NULL, redirect_hops INTEGER NOT NULL, state TEXT NOT NULL, attempt INTEGER NOT NULL,
     generation INTEGER NOT NULL, reason TEXT NOT NULL, deadline REAL NOT NULL, due_at REAL NOT NULL,
     status INTEGER NOT NULL, etag TEXT NOT NULL, last_modified TEXT NOT NULL, evidence TEXT NOT NULL,
-    digest TEXT NOT NULL, source TEXT NOT NULL
+    digest TEXT NOT NULL, source TEXT NOT NULL, payload BLOB NOT NULL DEFAULT x''
 );
 CREATE INDEX items_backlog ON items (host, priority, seq) WHERE state = 'scheduled';
 CREATE TABLE robots (origin TEXT PRIMARY KEY NOT NULL, host TEXT NOT NULL, record TEXT NOT NULL);
@@ -135,7 +136,7 @@ def _item_row(item: Item) -> _ItemRow:
     return (
         item.key, item.url, item.host, item.origin, item.domain, kind, item.depth, item.priority, item.seq,
         item.redirect_hops, state, item.attempt, item.generation, item.reason, item.deadline, item.due_at,
-        item.status, item.etag, item.last_modified, item.evidence, item.digest, item.source,
+        item.status, item.etag, item.last_modified, item.evidence, item.digest, item.source, item.payload,
     )  # fmt: skip
 
 
@@ -149,7 +150,7 @@ def _row_item(r: _ItemRow) -> Item:
     """The Item of an items-table row (inverse of _item_row)."""
     return Item(
         r[0], r[1], r[2], r[3], r[4], _INT_KIND[r[5]], r[6], r[7], r[8], r[9], _TEXT_STATE[r[10]],
-        r[11], r[12], r[13], r[14], r[15], r[16], r[17], r[18], r[19], r[20], r[21],
+        r[11], r[12], r[13], r[14], r[15], r[16], r[17], r[18], r[19], r[20], r[21], bytes(r[22]),
     )  # fmt: skip
 
 
@@ -224,6 +225,9 @@ class SqliteStore:
                         f"{self.path}: store schema version {version} is newer than this hostring supports "
                         f"({SCHEMA_VERSION}); upgrade hostring to open it"
                     )
+                if version < 2:
+                    con.execute("ALTER TABLE items ADD COLUMN payload BLOB NOT NULL DEFAULT x''")
+                    con.execute(_META_UPSERT, (SCHEMA_KEY, str(SCHEMA_VERSION)))
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK")

@@ -32,7 +32,7 @@ PAGE: ItemKind
 ROBOTS: ItemKind
 
 class Link(_message.Message):
-    __slots__ = ("observed", "base_url", "source_key", "depth", "priority", "redirect_hops", "seed")
+    __slots__ = ("observed", "base_url", "source_key", "depth", "priority", "redirect_hops", "seed", "payload")
     OBSERVED_FIELD_NUMBER: _ClassVar[int]
     BASE_URL_FIELD_NUMBER: _ClassVar[int]
     SOURCE_KEY_FIELD_NUMBER: _ClassVar[int]
@@ -40,6 +40,7 @@ class Link(_message.Message):
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     REDIRECT_HOPS_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
     observed: str
     base_url: str
     source_key: str
@@ -47,7 +48,8 @@ class Link(_message.Message):
     priority: int
     redirect_hops: int
     seed: bool
-    def __init__(self, observed: _Optional[str] = ..., base_url: _Optional[str] = ..., source_key: _Optional[str] = ..., depth: _Optional[int] = ..., priority: _Optional[int] = ..., redirect_hops: _Optional[int] = ..., seed: _Optional[bool] = ...) -> None: ...
+    payload: bytes
+    def __init__(self, observed: _Optional[str] = ..., base_url: _Optional[str] = ..., source_key: _Optional[str] = ..., depth: _Optional[int] = ..., priority: _Optional[int] = ..., redirect_hops: _Optional[int] = ..., seed: _Optional[bool] = ..., payload: _Optional[bytes] = ...) -> None: ...
 
 class DiscoverRequest(_message.Message):
     __slots__ = ("links", "ring_epoch", "worker_id")
@@ -92,7 +94,7 @@ class LeaseRequest(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., max_items: _Optional[int] = ..., wait_ms: _Optional[int] = ..., ring_epoch: _Optional[int] = ...) -> None: ...
 
 class LeaseItem(_message.Message):
-    __slots__ = ("lease_id", "generation", "deadline_ms", "fetch_key", "url", "kind", "etag", "last_modified", "depth", "attempt", "host", "redirect_hops", "domain")
+    __slots__ = ("lease_id", "generation", "deadline_ms", "fetch_key", "url", "kind", "etag", "last_modified", "depth", "attempt", "host", "redirect_hops", "domain", "payload")
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
@@ -106,6 +108,7 @@ class LeaseItem(_message.Message):
     HOST_FIELD_NUMBER: _ClassVar[int]
     REDIRECT_HOPS_FIELD_NUMBER: _ClassVar[int]
     DOMAIN_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
     lease_id: str
     generation: int
     deadline_ms: int
@@ -119,7 +122,8 @@ class LeaseItem(_message.Message):
     host: str
     redirect_hops: int
     domain: str
-    def __init__(self, lease_id: _Optional[str] = ..., generation: _Optional[int] = ..., deadline_ms: _Optional[int] = ..., fetch_key: _Optional[str] = ..., url: _Optional[str] = ..., kind: _Optional[_Union[ItemKind, str]] = ..., etag: _Optional[str] = ..., last_modified: _Optional[str] = ..., depth: _Optional[int] = ..., attempt: _Optional[int] = ..., host: _Optional[str] = ..., redirect_hops: _Optional[int] = ..., domain: _Optional[str] = ...) -> None: ...
+    payload: bytes
+    def __init__(self, lease_id: _Optional[str] = ..., generation: _Optional[int] = ..., deadline_ms: _Optional[int] = ..., fetch_key: _Optional[str] = ..., url: _Optional[str] = ..., kind: _Optional[_Union[ItemKind, str]] = ..., etag: _Optional[str] = ..., last_modified: _Optional[str] = ..., depth: _Optional[int] = ..., attempt: _Optional[int] = ..., host: _Optional[str] = ..., redirect_hops: _Optional[int] = ..., domain: _Optional[str] = ..., payload: _Optional[bytes] = ...) -> None: ...
 
 class LeaseResponse(_message.Message):
     __slots__ = ("items", "ring_epoch", "next_ready_ms", "drained")

@@ -28,6 +28,7 @@ keeps the stored `first` when it replaces a row or record.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 from typing import Any, Final
@@ -43,10 +44,11 @@ SEQ_LIMIT: Final = 10**20
 EPOCH_LIMIT: Final = 2**53
 _ORDER_LEN: Final = 41  # "pppp…(20):ssss…(20)"
 
-# Row JSON: every Item field except the key (the hash field) and state/host/priority/seq (in the prefix).
+# Row JSON: every Item field except the key (the hash field) and state/host/priority/seq (in the prefix); the
+# payload last, and only when there is one.
 _ROW_FIELDS: Final = (
     "url", "origin", "domain", "kind", "depth", "redirect_hops", "attempt", "generation", "reason", "deadline",
-    "due_at", "status", "etag", "last_modified", "evidence", "digest", "source",
+    "due_at", "status", "etag", "last_modified", "evidence", "digest", "source", "payload",
 )  # fmt: skip
 _ALL_ITEM_FIELDS: Final = frozenset({"key", "state", "host", "priority", "seq", *_ROW_FIELDS})
 if frozenset(f.name for f in dataclasses.fields(Item)) != _ALL_ITEM_FIELDS:
@@ -139,16 +141,17 @@ def after_bound(after: tuple[int, int]) -> str | None:
 def pack_row(item: Item, first: int) -> str:
     """The stored form of an item row: the fields the script needs up front, the rest as a JSON list.
 
-    `first` is the seq of the journal line that first wrote the row (the script keeps a stored one).
+    `first` is the seq of the journal line that first wrote the row (the script keeps a stored one). A client
+    payload (base64) is an 18th list entry only when the item has one.
     """
     if SEP in item.host:
         raise ValueError(f"item {item.key!r}: host {item.host!r} holds a unit separator")
-    rest = json.dumps(
-        [item.url, item.origin, item.domain, int(item.kind), item.depth, item.redirect_hops, item.attempt,
-         item.generation, item.reason, item.deadline, item.due_at, item.status, item.etag, item.last_modified,
-         item.evidence, item.digest, item.source],
-        separators=(",", ":"),
-    )  # fmt: skip
+    fields = [item.url, item.origin, item.domain, int(item.kind), item.depth, item.redirect_hops, item.attempt,
+              item.generation, item.reason, item.deadline, item.due_at, item.status, item.etag, item.last_modified,
+              item.evidence, item.digest, item.source]  # fmt: skip
+    if item.payload:
+        fields.append(base64.b64encode(item.payload).decode("ascii"))
+    rest = json.dumps(fields, separators=(",", ":"))
     order = row_order(item.priority, item.seq)
     return f"{State(item.state).value}{SEP}{item.host}{SEP}{order}{SEP}{first:020d}{SEP}{rest}"
 
@@ -160,6 +163,7 @@ def unpack_row(key: str, packed: str) -> Item:
     return Item(
         key, f[0], host, f[1], f[2], _INT_KIND[f[3]], f[4], int(order[:20]) - PRIORITY_OFFSET, int(order[21:]),
         f[5], _TEXT_STATE[state], f[6], f[7], f[8], f[9], f[10], f[11], f[12], f[13], f[14], f[15], f[16],
+        base64.b64decode(f[17]) if len(f) > 17 else b"",
     )  # fmt: skip
 
 
@@ -178,6 +182,7 @@ def export_item(item: Item, first: int) -> dict[str, object]:
     out = dataclasses.asdict(item)
     out["kind"] = int(item.kind)
     out["state"] = item.state.value
+    out["payload"] = base64.b64encode(item.payload).decode("ascii")
     out["first"] = first
     return out
 
@@ -188,6 +193,7 @@ def import_item(fields: dict[str, Any]) -> tuple[Item, int]:
     first = int(values.pop("first"))
     values["kind"] = _INT_KIND[int(values["kind"])]
     values["state"] = _TEXT_STATE[str(values["state"])]
+    values["payload"] = base64.b64decode(str(values.get("payload", "")))
     return Item(**values), first
 
 
