@@ -205,6 +205,8 @@ class FrontierService(pb_grpc.FrontierServicer):
             leases_granted=s.leases_granted,
             leases_expired=s.leases_expired,
             completes_stale=s.completes_stale,
+            next_ready_s=-1.0 if s.next_ready_s is None else s.next_ready_s,
+            waiting_for=s.waiting_for,
         )
 
     def GetHost(self, request: pb.GetHostRequest, context: grpc.ServicerContext) -> pb.HostInfo:
@@ -282,6 +284,32 @@ class FrontierService(pb_grpc.FrontierServicer):
         with self.cond:
             report = coverage_report(self.frontier.coverage_input(), dispositions=request.dispositions)
         return pb.ReportResponse(json=json.dumps(report, sort_keys=True))
+
+    # ------------------------------------------------------------------ resuming
+
+    def ReleaseLeases(
+        self, request: pb.ReleaseLeasesRequest, context: grpc.ServicerContext
+    ) -> pb.ReleaseLeasesResponse:
+        with self.cond:
+            try:
+                n = self.frontier.release_leases(
+                    request.worker_id, every_worker=request.every_worker, reason=request.reason or "released"
+                )
+            except ValueError as e:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+            self._commit()
+            self.cond.notify_all()
+        return pb.ReleaseLeasesResponse(released=n)
+
+    def Reconsider(self, request: pb.ReconsiderRequest, context: grpc.ServicerContext) -> pb.ReconsiderResponse:
+        with self.cond:
+            try:
+                done = self.frontier.reconsider(list(request.reasons))
+            except ValueError as e:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+            self._commit()
+            self.cond.notify_all()
+        return pb.ReconsiderResponse(rescheduled=sum(done.values()), by_reason=dict(done))
 
 
 def _host_info(host: HostView) -> pb.HostInfo:
