@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pexpect
 import pytest
+from warcio.archiveiterator import ArchiveIterator
 
 from hostring_testing import CountingWeb
 from hostring_testing.crawls import (
@@ -202,12 +203,25 @@ def test_kill_9_then_resume_hands_the_dead_runs_lease_back_at_once(web: Counting
     term.child.kill(signal.SIGKILL)
     finish(term)
     wait_until(lambda: not any(_alive(p) for p in node_pids), 10, "the node to die with the crawl")
+    assert list((out / "warc").glob("*.warc.gz.open")), "the killed worker left no unfinished WARC file"
     resume(out, tmp_path)
     cut = judge(web, out, cut_off=1)
+    assert len(cut) == 1, "kill -9 did not cut the fetch in flight"
     released = journal(out, event="release")
     assert len(released) == 1 and released[0]["reason"] == "worker_gone", released
-    assert released[0]["key"].endswith(next(iter(cut))) if cut else True
+    assert released[0]["key"].endswith(next(iter(cut)))
     assert not journal(out, event="expire")
+    # The resumed run finished the killed run's WARC file: none is left .open, and all read back whole.
+    assert not list((out / "warc").glob("*.open"))
+    responses = []
+    for path in sorted((out / "warc").glob("*.warc.gz")):
+        with path.open("rb") as stream:
+            responses += [
+                r.rec_headers.get_header("WARC-Target-URI") for r in ArchiveIterator(stream) if r.rec_type == "response"
+            ]
+    assert sorted(u.rsplit("/", 1)[-1] for u in responses) == sorted(
+        ["", "robots.txt", *(f"p{i}" for i in range(PAGES))]
+    )
 
 
 def _children(pid: int) -> list[int]:
