@@ -279,8 +279,11 @@ def cmd_crawl(args: argparse.Namespace) -> int:
     opts = _crawl_options(args, seeds, settings, stored)
     opts.runs = [*runs, run_record("resume" if args.resume else "start", notes)]
     if args.resume:
-        told = "; ".join(notes) if notes else f"the settings stored in {crawl_dir.settings}"
-        print(f"hostring: resuming {args.out} with {told}", file=sys.stderr, flush=True)
+        if stored:
+            told = "; ".join(notes) if notes else "no change"
+            opts.notice = f"resuming {args.out} with the settings stored in {crawl_dir.settings} ({told})"
+        else:
+            opts.notice = f"resuming {args.out} (no stored settings: with the flags given and the defaults)"
     return run_crawl(opts)
 
 

@@ -37,7 +37,7 @@ from hostring.urls import UrlRejected, identify
 from hostring.v1 import frontier_pb2 as pb
 from hostring.v1 import frontier_pb2_grpc as pb_grpc
 from hostring_cli.args import EXIT_NOTHING_FETCHED, EXIT_OK, EXIT_STOPPED, UsageError
-from hostring_cli.crawldir import STORE_NAME, CrawlDir
+from hostring_cli.crawldir import STORE_NAME, CrawlDir, Made
 from hostring_cli.errors import DependencyError
 from hostring_cli.progress import Progress
 from hostring_cli.settings import run_record, toml_value
@@ -82,6 +82,7 @@ class CrawlOptions:
     reconsider: list[str] = field(default_factory=list)  # policy refusals to schedule again (a wider policy)
     settings: dict[str, Any] = field(default_factory=dict)  # what OUT/crawl.toml records (key -> value)
     runs: list[dict[str, Any]] = field(default_factory=list)  # the history kept in OUT/crawl.toml
+    notice: str = ""  # one line for the operator once the crawl starts (what a resume runs with)
 
 
 def read_seeds(urls: list[str], seeds_file: Path | None) -> list[str]:
@@ -336,6 +337,19 @@ def run_crawl(opts: CrawlOptions, out: TextIO = sys.stdout) -> int:
     crawl_dir.check(opts.resume)
     made = crawl_dir.create()
     try:
+        held = crawl_dir.lock()
+    except UsageError:
+        if not opts.resume:
+            made.undo()
+        raise
+    try:
+        return _run(opts, crawl_dir, made, out)
+    finally:
+        held.close()
+
+
+def _run(opts: CrawlOptions, crawl_dir: CrawlDir, made: Made, out: TextIO) -> int:
+    try:
         _write_settings(opts, crawl_dir)
         if opts.resume:
             finalize_open_files(crawl_dir.warc)
@@ -349,6 +363,8 @@ def run_crawl(opts: CrawlOptions, out: TextIO = sys.stdout) -> int:
         if not opts.resume:
             made.undo()
         raise
+    if opts.notice:
+        print(f"hostring: {opts.notice}", file=sys.stderr, flush=True)
     progress = Progress(sys.stderr, opts.progress)
     run = Run(opts, progress)
     loop = asyncio.new_event_loop()

@@ -8,10 +8,12 @@ the node's log (node.log), WARC files (warc/) and the report (report.json).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from hostring_cli.args import UsageError
 
@@ -20,6 +22,7 @@ SETTINGS_NAME = "crawl.toml"
 NODE_LOG = "node.log"
 WARC_DIR = "warc"
 REPORT_NAME = "report.json"
+LOCK_NAME = ".lock"
 _STORE_FILES = (STORE_NAME, STORE_NAME + "-wal", STORE_NAME + "-shm")
 
 
@@ -48,6 +51,25 @@ class CrawlDir:
     @property
     def report(self) -> Path:
         return self.path / REPORT_NAME
+
+    def lock(self) -> IO[str]:
+        """Hold OUT for this process (released when it ends, however it ends); a usage error while another
+        `hostring crawl` holds it: two crawls on one store would hand each other's leases back."""
+        handle = open(self.path / LOCK_NAME, "a+", encoding="utf-8")  # noqa: SIM115 - held for the whole crawl
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip()
+            handle.close()
+            raise UsageError(
+                f"{self.path} is being crawled by another hostring crawl{f' (pid {holder})' if holder else ''}; "
+                "stop it first, or give another --out"
+            ) from None
+        handle.truncate(0)
+        handle.write(str(os.getpid()))
+        handle.flush()
+        return handle
 
     def check(self, resume: bool) -> None:
         """Refuse, before anything is written, an OUT that cannot be used for this start (or resume)."""

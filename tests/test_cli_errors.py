@@ -7,6 +7,7 @@ nothing listens on (127.0.0.1:1); nothing here leaves loopback.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import socket
 import subprocess
@@ -244,3 +245,20 @@ def test_a_closed_pipe_is_quiet(tmp_path: Path) -> None:
     )
     assert done.stdout.strip() == "0", done
     assert done.stderr == "", done.stderr
+
+
+def test_a_crawl_directory_in_use_is_refused(tmp_path: Path) -> None:
+    """A second `hostring crawl --resume` on an OUT another crawl is running in would hand that crawl's leases
+    back: it is refused, naming the holder, and changes nothing."""
+    out = tmp_path / "out"
+    out.mkdir()
+    SqliteStore(out / "frontier.sqlite3").close()
+    with (out / ".lock").open("a+") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        held.write("4242")
+        held.flush()
+        before = sorted(p.name for p in out.iterdir())
+        r = run_case(Case(["crawl", "--resume", "--out", "OUT"], 2, ()), out)
+    assert r.code == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "being crawled by another hostring crawl (pid 4242)" in r.stderr
+    assert sorted(p.name for p in out.iterdir()) == before
