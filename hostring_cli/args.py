@@ -17,6 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
+# A coverage report with every identity's row travels in one message (the crawl's end, `report --dispositions`).
+REPORT_BYTES = 1 << 30
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2

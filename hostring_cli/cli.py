@@ -21,6 +21,7 @@ from hostring.limits import grpc_options
 from hostring_cli import errors
 from hostring_cli.args import (
     EXIT_CODES,
+    REPORT_BYTES,
     Parser,
     UsageError,
     cidr,
@@ -383,7 +384,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         from hostring.v1 import frontier_pb2_grpc as pb_grpc
 
         try:
-            with tls_from(args).channel(args.node, grpc_options()) as channel:
+            with tls_from(args).channel(args.node, grpc_options(REPORT_BYTES)) as channel:
                 resp = pb_grpc.FrontierStub(channel).Report(  # type: ignore[no-untyped-call]
                     pb.ReportRequest(dispositions=args.dispositions), timeout=args.timeout
                 )

@@ -36,7 +36,7 @@ from hostring.metrics import serve_metrics
 from hostring.urls import UrlRejected, identify
 from hostring.v1 import frontier_pb2 as pb
 from hostring.v1 import frontier_pb2_grpc as pb_grpc
-from hostring_cli.args import EXIT_NOTHING_FETCHED, EXIT_OK, EXIT_STOPPED, UsageError
+from hostring_cli.args import EXIT_NOTHING_FETCHED, EXIT_OK, EXIT_STOPPED, REPORT_BYTES, UsageError
 from hostring_cli.crawldir import STORE_NAME, CrawlDir, Made
 from hostring_cli.errors import DependencyError
 from hostring_cli.progress import Progress
@@ -242,7 +242,7 @@ async def _crawl(opts: CrawlOptions, address: str, run: Run) -> tuple[dict[str, 
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, run.on_signal)
-    channel = grpc.aio.insecure_channel(address, options=grpc_options())
+    channel = grpc.aio.insecure_channel(address, options=grpc_options(REPORT_BYTES))
     stub = pb_grpc.FrontierStub(channel)  # type: ignore[no-untyped-call]
     try:
         if opts.resume:
