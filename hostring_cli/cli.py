@@ -560,6 +560,8 @@ def build_parser() -> Parser:
     report.set_defaults(func=cmd_report)
     for command in _all_commands(parser):
         _global_flags(command, top=False)
+        if command.epilog is None and not command.commands:
+            command.epilog = SETTINGS_HELP
     return parser
 
 

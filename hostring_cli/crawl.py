@@ -211,6 +211,8 @@ class Run:
         self.next_ready_s = -1.0
         self.t0 = time.monotonic()
         self.worker: Worker | None = None
+        self.node: subprocess.Popen[str] | None = None
+        self.failed = ""
 
     def end(self, reason: str) -> None:
         """End the run for `reason` (drained, budget, duration, stopped, idle); the first reason stays."""
@@ -270,6 +272,8 @@ async def _crawl(opts: CrawlOptions, address: str, run: Run) -> tuple[dict[str, 
             await watcher
             run.progress.close()
             await worker.close()
+        if run.failed:
+            raise DependencyError(f"{run.failed}; see {opts.out / 'node.log'}, then --resume")
         run.end("drained")
         report: dict[str, Any] = json.loads((await stub.Report(pb.ReportRequest(dispositions=True), timeout=300)).json)
     except grpc.aio.AioRpcError as e:
@@ -312,6 +316,11 @@ async def _watch(stub: pb_grpc.FrontierStub, worker: Worker, run: Run) -> None:
     idle_polls = 0
     threshold = max(run.opts.idle_exit_s, 2 * run.opts.delay)
     while not run.stop.is_set():
+        if run.node is not None and run.node.poll() is not None:
+            run.failed = f"the crawl's frontier node stopped unexpectedly (exit code {run.node.returncode})"
+            run.end("error")
+            run.force.set()  # no node to finish anything with
+            return
         with contextlib.suppress(grpc.aio.AioRpcError):
             stats: pb.StatsResponse = await stub.Stats(pb.StatsRequest(), timeout=5)
             run.progress.update(stats, worker.stats.fetched, sum(worker.stats.errors.values()))
@@ -367,6 +376,7 @@ def _run(opts: CrawlOptions, crawl_dir: CrawlDir, made: Made, out: TextIO) -> in
         print(f"hostring: {opts.notice}", file=sys.stderr, flush=True)
     progress = Progress(sys.stderr, opts.progress)
     run = Run(opts, progress)
+    run.node = node
     loop = asyncio.new_event_loop()
     try:
         report, worker, metrics = loop.run_until_complete(_crawl(opts, address, run))
