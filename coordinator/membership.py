@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -133,6 +133,8 @@ class Membership:
         self._last_seen = dict.fromkeys(members, now)
         self._floor = epoch
         self._last_expire = now
+        self.listeners: list[Callable[[Ring, Ring], None]] = []
+        """Called with (old ring, new ring) after each committed change (the metrics count ring changes there)."""
 
     @property
     def epoch(self) -> int:
@@ -209,6 +211,8 @@ class Membership:
         epoch = self._backend.commit(upsert, remove, max(self.epoch, self._floor))
         members = {k: v for k, v in self._ring.members.items() if k not in remove}
         members.update(upsert)
-        self._ring = Ring(epoch, members.values())
+        old, self._ring = self._ring, Ring(epoch, members.values())
+        for listener in self.listeners:
+            listener(old, self._ring)
         for node_id in remove:
             self._last_seen.pop(node_id, None)

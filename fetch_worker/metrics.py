@@ -1,10 +1,12 @@
-"""Prometheus metrics of a fetch worker: durations, sizes, outcomes, fetches in flight, refused addresses."""
+"""Prometheus metrics of a fetch worker (`hostring_worker_*`): durations, sizes, outcomes, fetches in flight,
+refused addresses; each observed as the fetch ends."""
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from fetch_worker.fetch import FetchResult
+from hostring.metrics import register_build_info
 
 
 class WorkerMetrics:
@@ -13,27 +15,35 @@ class WorkerMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
+        register_build_info(r, "worker")
         self.duration = Histogram(
-            "hostring_fetch_duration_seconds",
+            "hostring_worker_fetch_duration_seconds",
             "Whole fetch time, body included",
             registry=r,
             buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
         )
         self.size = Histogram(
-            "hostring_fetch_bytes",
+            "hostring_worker_fetch_bytes",
             "Decoded body bytes per fetch",
             registry=r,
             buckets=(1024, 8192, 32768, 131072, 524288, 2097152, 8388608, 33554432),
         )
         self.outcomes = Counter(
-            "hostring_fetch_outcomes", "Fetches by outcome (HTTP status class or error class)", ["outcome"], registry=r
+            "hostring_worker_fetch_outcomes",
+            "Fetches by outcome (HTTP status class or error class)",
+            ["outcome"],
+            registry=r,
         )
-        self.in_flight = Gauge("hostring_fetches_in_flight", "Fetches under way", registry=r)
+        self.in_flight = Gauge("hostring_worker_fetches_in_flight", "Fetches under way", registry=r)
         self.refused = Counter(
-            "hostring_refused_addresses", "Connections refused by the network policy", ["reason"], registry=r
+            "hostring_worker_refused_addresses", "Connections refused by the network policy", ["reason"], registry=r
         )
+        self.requests = 0
+        """Requests made (robots.txt included; refused addresses are not contacted), for a crawl's summary."""
 
     def observe(self, result: FetchResult) -> None:
+        if result.error_class != "network_policy":  # a refused address is never contacted
+            self.requests += 1
         self.duration.observe(result.total_s)
         self.size.observe(result.decoded_bytes)
         if result.error_class:

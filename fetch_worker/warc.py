@@ -57,6 +57,41 @@ def payload_digest(body: bytes) -> str:
     return "sha1:" + base64.b32encode(hashlib.sha1(body).digest()).decode("ascii")
 
 
+def finalize_open_files(out_dir: Path, prefix: str = "") -> list[Path]:
+    """Finish the `.open` files a killed writer left in `out_dir` (of writers named `prefix`, if given).
+
+    Each file is cut after its last whole gzip member (a record group is one member, written at once, so only
+    an OS crash can leave a torn one) and renamed to its final name. Call it only where no writer is running
+    with those names (a crawl's own WARC directory, before its worker starts). Returns the finished files.
+    """
+    done: list[Path] = []
+    for partial in sorted(Path(out_dir).glob(f"{prefix}*.warc.gz.open")):
+        whole = _whole_members(partial.read_bytes())
+        with open(partial, "r+b") as f:
+            f.truncate(whole)
+        final = partial.with_name(partial.name.removesuffix(".open"))
+        if final.exists():
+            final = final.with_name(final.name.removesuffix(".warc.gz") + "-recovered.warc.gz")
+        os.replace(partial, final)
+        done.append(final)
+    return done
+
+
+def _whole_members(data: bytes) -> int:
+    """The length of the leading run of complete gzip members in `data`."""
+    end = 0
+    while end < len(data):
+        unpacker = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            unpacker.decompress(data[end:])
+        except zlib.error:
+            break
+        if not unpacker.eof:
+            break
+        end = len(data) - len(unpacker.unused_data)
+    return end
+
+
 def _warc_date(unix_time: float) -> str:
     when = datetime.fromtimestamp(unix_time, UTC) if unix_time > 0 else datetime.now(UTC)
     return str(datetime_to_iso_date(when.replace(tzinfo=None)))

@@ -89,8 +89,19 @@ class Worker:
 
     # ------------------------------------------------------------------ the loop
 
-    async def run(self, stop: asyncio.Event, *, until_drained: bool = False, grace_s: float = 10.0) -> None:
-        """Lease and fetch until `stop` is set (or, with until_drained, until every node says it is drained)."""
+    async def run(
+        self,
+        stop: asyncio.Event,
+        *,
+        until_drained: bool = False,
+        grace_s: float = 10.0,
+        force: asyncio.Event | None = None,
+    ) -> None:
+        """Lease and fetch until `stop` is set (or, with until_drained, until every node says it is drained).
+
+        Fetches in flight then have `grace_s` to finish; those still running (or all, once `force` is set) are
+        cancelled and handed back to their node at once (a worker_shutdown outcome).
+        """
         tasks: set[asyncio.Task[None]] = set()
         try:
             while not stop.is_set():
@@ -113,13 +124,24 @@ class Worker:
                 if got == 0 and tasks:
                     await asyncio.wait(tasks, timeout=0.05, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            await self._settle(tasks, grace_s)
+            await self._settle(tasks, grace_s, force)
 
-    async def _settle(self, tasks: set[asyncio.Task[None]], grace_s: float) -> None:
-        """On shutdown: let in-flight fetches finish within the grace period; hand the rest back."""
+    async def _settle(self, tasks: set[asyncio.Task[None]], grace_s: float, force: asyncio.Event | None) -> None:
+        """On shutdown: let in-flight fetches finish within the grace period (or until `force`); hand the rest back."""
         if not tasks:
             return
-        _, pending = await asyncio.wait(tasks, timeout=grace_s)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace_s
+        forced = asyncio.ensure_future(force.wait() if force is not None else asyncio.Event().wait())
+        try:
+            while not forced.done():
+                left = [t for t in tasks if not t.done()]
+                if not left or loop.time() >= deadline:
+                    break
+                await asyncio.wait({*left, forced}, timeout=deadline - loop.time(), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            forced.cancel()
+        pending = [t for t in tasks if not t.done()]
         for task in pending:
             task.cancel()
         with contextlib.suppress(Exception):

@@ -6,12 +6,14 @@ node writing it is not disturbed. The counts are `frontier_node.report.coverage_
 `CoverageInput` built from the file), and the journal adds what only it knows: how many times each identity was
 leased, and whether its last journal entry agrees with its current state.
 
-What only a live node knows is absent: links suppressed by a budget and Discover verdicts are counters in the
-node's memory, never stored (`not_in_store` names those fields; `hostring report --node` has them).
+Links suppressed by a budget and Discover verdicts are counters of the node; a node stores them as it goes (in
+the meta table), and the report reads them from there. A store written by a node that kept no such counters
+lacks them: `not_in_store` names what is missing (`hostring report --node` asks a live node instead).
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 from collections import Counter
@@ -25,6 +27,7 @@ from frontier_node.report import coverage_report
 from frontier_node.store.sqlite import ITEM_COLUMNS
 
 NOT_IN_STORE = ("suppressed_by_rule", "discovered_by_verdict")
+_VERDICTS, _BREACHES = "counters.verdicts", "counters.breaches"  # meta names the core writes (core/frontier.py)
 _EXAMPLES = 10
 
 
@@ -72,6 +75,7 @@ def store_report(path: Path, *, dispositions: bool = False) -> dict[str, Any]:
     try:
         con.execute("BEGIN")  # one read snapshot for items, journal and meta
         run_row = con.execute("SELECT value FROM meta WHERE name = 'run_id'").fetchone()
+        counters = dict(con.execute("SELECT name, value FROM meta WHERE name IN (?, ?)", (_VERDICTS, _BREACHES)))
         items = [_item(r) for r in con.execute(f"SELECT {', '.join(_REPORT_COLUMNS)} FROM items ORDER BY rowid")]
         leases = Counter(dict(con.execute("SELECT key, COUNT(*) FROM journal WHERE event = 'lease' GROUP BY key")))
         last = dict(
@@ -86,8 +90,16 @@ def store_report(path: Path, *, dispositions: bool = False) -> dict[str, Any]:
         raise StoreReadError(f"{path}: cannot read the store: {e}") from e
     finally:
         con.close()
-    # Budget breaches and Discover verdicts live in a node's memory only: the report leaves them out.
-    report = coverage_report(CoverageInput(str(run_row[0]) if run_row else "", items), dispositions=dispositions)
+    verdicts = breaches = None
+    try:
+        if _VERDICTS in counters:
+            verdicts = {(str(v), str(r)): int(n) for v, r, n in json.loads(counters[_VERDICTS])}
+        if _BREACHES in counters:
+            breaches = list(json.loads(counters[_BREACHES]))
+    except (ValueError, TypeError) as e:
+        raise StoreReadError(f"{path}: unreadable counters in the store's meta table: {e}") from e
+    source = CoverageInput(str(run_row[0]) if run_row else "", items, breaches, verdicts)
+    report = coverage_report(source, dispositions=dispositions)
     pages = [it for it in items if it.kind is Kind.PAGE and it.state is not State.REJECTED]
     per_page = {it.key: leases.get(it.key, 0) for it in pages}
     if dispositions:
@@ -106,5 +118,5 @@ def store_report(path: Path, *, dispositions: bool = False) -> dict[str, Any]:
         "examples": [{"key": it.key, "state": it.state.value, "journal": last[it.key]} for it in disagree[:5]],
     }
     report["source"] = {"store": str(path), "read_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    report["not_in_store"] = list(NOT_IN_STORE)
+    report["not_in_store"] = [name for name in NOT_IN_STORE if name not in report]
     return report

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from frontier_node.core.records import Kind
+from frontier_node.core.records import Item, Kind
 from frontier_node.core.states import TERMINAL, State
 from frontier_node.core.views import CoverageInput
 
@@ -20,23 +20,34 @@ def coverage_report(source: CoverageInput, *, dispositions: bool = False) -> dic
     `source` comes from a live node (Frontier.coverage_input()) or a store file (offline_report); what it does
     not know (budget breaches, Discover verdicts: None) is left out of the report.
     With `dispositions`, also the final state of every admitted identity (one row each: large for big crawls).
+
+    Counts add up: `admitted` is the sum of `by_state` without `rejected` (links refused at admission), and
+    `by_reason` splits `by_state` (keys "state:reason class"), with the first URL of each in `first_example`.
+    An unresolved item not in a final state says when it may go on (`not_before`, Unix time, 0 when it may go
+    as soon as its host's politeness allows) and, for a page held back by its origin's robots.txt, `waits_for`.
     """
     by_state: Counter[str] = Counter()
     by_reason: Counter[str] = Counter()
+    first: dict[str, str] = {}
     failures: Counter[str] = Counter()
     robots_denied: list[str] = []
     robots_files: Counter[str] = Counter()
+    robots_pending: dict[str, Item] = {}
     unresolved: list[dict[str, Any]] = []
     rows: list[dict[str, Any]] = []
     fetched_statuses: Counter[str] = Counter()
     for item in source.items:
         if item.kind is Kind.ROBOTS:
             robots_files[f"{item.state.value}:{item.reason}"] += 1
+            if item.state not in TERMINAL:
+                robots_pending[item.origin] = item
             continue
         state = item.state.value
         by_state[state] += 1
         reason_class = item.reason.split(":")[0].split(" ")[0]
-        by_reason[f"{state}:{reason_class}" if reason_class else state] += 1
+        key = f"{state}:{reason_class}" if reason_class else state
+        by_reason[key] += 1
+        first.setdefault(key, item.url)
         if item.state is State.FETCHED:
             fetched_statuses[str(item.status)] += 1
         if item.state is State.FAILED:
@@ -44,7 +55,16 @@ def coverage_report(source: CoverageInput, *, dispositions: bool = False) -> dic
         if item.state is State.SUPPRESSED and item.reason == "robots":
             robots_denied.append(item.url)
         if item.state not in TERMINAL or item.reason.startswith(UNRESOLVED_PREFIXES):
-            unresolved.append({"url": item.url, "state": state, "reason": item.reason, "attempts": item.attempt})
+            unresolved.append(
+                {
+                    "url": item.url,
+                    "origin": item.origin,
+                    "state": state,
+                    "reason": item.reason,
+                    "attempts": item.attempt,
+                    "not_before": _not_before(item),
+                }
+            )
         if dispositions:
             rows.append(
                 {
@@ -58,12 +78,18 @@ def coverage_report(source: CoverageInput, *, dispositions: bool = False) -> dic
                     "evidence": item.evidence,
                 }
             )
+    for row in unresolved:  # robots rows come after their origin's first page: placed once all are read
+        robots = robots_pending.get(row.pop("origin"))
+        if robots is not None and row["state"] == State.SCHEDULED.value:
+            row["waits_for"] = f"robots.txt ({robots.state.value}{': ' + robots.reason if robots.reason else ''})"
+            row["not_before"] = max(row["not_before"], _not_before(robots))
     admitted = sum(n for s, n in by_state.items() if s != State.REJECTED.value)
     report: dict[str, Any] = {
         "run_id": source.run_id,
         "admitted": admitted,
         "by_state": dict(sorted(by_state.items())),
         "by_reason": dict(sorted(by_reason.items())),
+        "first_example": dict(sorted(first.items())),
         "fetched_by_status": dict(sorted(fetched_statuses.items())),
         "robots_files": dict(sorted(robots_files.items())),
         "robots_denied": {"count": len(robots_denied), "examples": sorted(robots_denied)[:_EXAMPLES]},
@@ -79,3 +105,12 @@ def coverage_report(source: CoverageInput, *, dispositions: bool = False) -> dic
     if dispositions:
         report["dispositions"] = rows
     return report
+
+
+def _not_before(item: Item) -> float:
+    """When a waiting item may go on by itself: a retry's due time, a lease's deadline; 0 when not waiting."""
+    if item.state is State.RETRYABLE:
+        return item.due_at
+    if item.state is State.LEASED:
+        return item.deadline
+    return 0.0

@@ -127,7 +127,8 @@ def start_node(
     """Open the store, build the core and serve the Frontier service on `listen` (HOST:PORT; port 0 picks).
 
     `scope` lists hosts or registrable domains admitted in the "list" scope mode. With `coordinator`, the
-    node registers as `node_id` reachable at `advertise` (default: 127.0.0.1 and the bound port).
+    node registers as `node_id` reachable at `advertise` (default: 127.0.0.1 and the bound port; a port 0 in
+    it stands for the bound port).
     `tls` secures the server and the connection to the coordinator (plaintext by default). With `admin_token`,
     PauseHost and SetHostPolicy need it as a bearer token, and the node sends it when it joins or leaves the ring.
     """
@@ -202,6 +203,8 @@ def start_node(
         slice_.on_ready = node.set_serving
         service.on_fenced = slice_.let_go
         address = advertise or f"127.0.0.1:{port}"
+        if address.endswith(":0"):  # advertised as the --listen address with port 0: the port bound
+            address = f"{address[:-2]}:{port}"
         from hostring.membership import NodeMembership
 
         node.membership = NodeMembership(

@@ -233,6 +233,8 @@ class FrontierService:
             leases_expired=s.leases_expired,
             completes_stale=s.completes_stale,
             fault=self.core.fault,
+            next_ready_s=-1.0 if s.next_ready_s is None else s.next_ready_s,
+            waiting_for=s.waiting_for,
         )
 
     async def GetHost(self, request: pb.GetHostRequest, context: Context) -> pb.HostInfo:
@@ -341,6 +343,31 @@ class FrontierService:
                 source = await self._run(Call(lambda core: core.coverage_input()), context)
             loop = asyncio.get_running_loop()
             return await loop.run_in_executor(self._inspect, _report_text, source, dispositions)
+
+    # ------------------------------------------------------------------ resuming
+
+    async def ReleaseLeases(self, request: pb.ReleaseLeasesRequest, context: Context) -> pb.ReleaseLeasesResponse:
+        """Hand leases back at once (a worker that is gone): scheduled again, no retry delay, no host backoff."""
+        await self._check(request, context)
+        worker, every, reason = request.worker_id, request.every_worker, request.reason or "released"
+        try:
+            n = await self._run(
+                Call(lambda core: core.release_leases(worker, every_worker=every, reason=reason), changes=True),
+                context,
+            )
+        except ValueError as e:
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        return pb.ReleaseLeasesResponse(released=n)
+
+    async def Reconsider(self, request: pb.ReconsiderRequest, context: Context) -> pb.ReconsiderResponse:
+        """Schedule again what a policy refused (network_policy, out_of_scope), for a run under a wider policy."""
+        await self._check(request, context)
+        reasons = list(request.reasons)
+        try:
+            done = await self._run(Call(lambda core: core.reconsider(reasons), changes=True), context)
+        except ValueError as e:
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        return pb.ReconsiderResponse(rescheduled=sum(done.values()), by_reason=dict(done))
 
 
 def _inspector() -> ThreadPoolExecutor:

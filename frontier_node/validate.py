@@ -140,6 +140,11 @@ RULES: Final[Mapping[str, Mapping[str, Rule]]] = {
         "min_delay_s": Rule(hi=86_400),
         "concurrency": Rule(hi=1_000),
     },
+    "ReleaseLeasesRequest": {
+        "worker_id": Rule(cap=MAX_ID_CHARS, printable=True),
+        "reason": Rule(cap=64, token=True),
+    },
+    "ReconsiderRequest": {"reasons": Rule(cap=16)},
 }
 
 _T = FieldDescriptor

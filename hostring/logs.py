@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, TextIO
@@ -95,6 +96,65 @@ def resolve_format(fmt: str, stream: TextIO | None = None) -> str:
         return "json"
 
 
+class StatusLine:
+    """A live one-line display at the bottom of a terminal (a crawl's progress). Log records and notices are
+    printed above it: the line is cleared, the text written, and the line drawn again, so nothing tears it."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.text = ""
+        self.lock = threading.RLock()
+
+    def show(self, text: str) -> None:
+        """Draw (or redraw) the line; `text` should fit the terminal's width."""
+        with self.lock:
+            self.text = text
+            self.stream.write("\r" + text + "\x1b[K")
+            self.stream.flush()
+
+    def above(self, write: Callable[[], object]) -> None:
+        """Run `write` (which prints whole lines) with the line out of the way, then draw it again."""
+        with self.lock:
+            if self.text:
+                self.stream.write("\r\x1b[K")
+            write()
+            if self.text:
+                self.stream.write("\r" + self.text + "\x1b[K")
+            self.stream.flush()
+
+    def print(self, line: str) -> None:
+        """One line of text above the status line."""
+        self.above(lambda: self.stream.write(line + "\n"))
+
+    def close(self) -> None:
+        """Leave the last line on the screen and move below it; later output goes on as usual."""
+        with self.lock:
+            if self.text:
+                self.stream.write("\n")
+                self.stream.flush()
+            self.text = ""
+
+
+_status: StatusLine | None = None
+
+
+def set_status_line(status: StatusLine | None) -> None:
+    """Route this process's log records above `status` while it is shown (None: back to plain lines)."""
+    global _status
+    _status = status
+
+
+class _StatusAwareHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """A stream handler that prints above the status line when one is shown on the same stream."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        status = _status
+        if status is not None and status.stream is self.stream and status.text:
+            status.above(lambda: super(_StatusAwareHandler, self).emit(record))
+        else:
+            super().emit(record)
+
+
 def setup_logging(
     level: str | int = "INFO",
     json: bool = False,
@@ -103,7 +163,7 @@ def setup_logging(
     stream: TextIO | None = None,
 ) -> None:
     """Configure the root logger once for the process (replacing any handlers), and quiet the HTTP client's logs."""
-    handler = logging.StreamHandler(stream or sys.stderr)
+    handler = _StatusAwareHandler(stream or sys.stderr)
     handler.setFormatter(JsonFormatter() if json else TextFormatter(TEXT_FORMAT))
     root = logging.getLogger()
     for old in list(root.handlers):

@@ -3,94 +3,128 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import os
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import grpc
+import redis
 
 from frontier_node.core.config import BudgetConfig, FrontierConfig, PolitenessConfig, RetryConfig
 from frontier_node.core.robots import RobotsPolicy
 from hostring import logs
 from hostring.text import escape_tree
+from hostring_cli import errors
+from hostring_cli.args import (
+    EXIT_CODES,
+    Parser,
+    UsageError,
+    cidr,
+    duration,
+    host_port,
+    is_wildcard,
+    non_negative_float,
+    non_negative_int,
+    port,
+    positive_float,
+    positive_int,
+)
 from hostring_cli.cluster import add_cluster_commands, add_tls_flags, add_token_flag, tls_from, token_from
+from hostring_cli.settings import SETTINGS_HELP, Settings, key_of, read_stored, resolve, run_record
 
 if TYPE_CHECKING:
     from hostring_cli.crawl import CrawlOptions
 
 DEFAULT_USER_AGENT = "hostring/0.1 (+https://github.com/hostring/hostring)"
+SCOPES = ("all", "host", "domain")
+SCOPE_HELP = (
+    "all: links anywhere; host, domain: only on the seeds' hosts, or their registrable domains; FILE: only on "
+    "the hosts and domains listed in FILE, one per line (the older `--scope list --scope-file FILE` works too)"
+)
+# Settings of a crawl that belong to one invocation, not to the crawl: not stored in OUT/crawl.toml.
+_PER_RUN = frozenset({"resume", "out", "no_progress", "seeds_file", "log_level", "log_format", "config"})
+
+
+def version() -> str:
+    try:
+        return metadata.version("hostring")
+    except metadata.PackageNotFoundError:
+        from hostring import __version__
+
+        return __version__
+
+
+# ---------------------------------------------------------------------------------------------- shared flags
 
 
 def _politeness_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("politeness and budgets")
     g.add_argument(
         "--delay",
-        type=float,
+        type=non_negative_float,
         default=1.0,
         metavar="S",
-        help="minimum seconds between two requests to one host (default: %(default)s)",
+        help="minimum seconds between two requests to one host",
     )
-    g.add_argument(
-        "--concurrency", type=int, default=1, metavar="N", help="requests in flight per host (default: %(default)s)"
-    )
+    g.add_argument("--concurrency", type=positive_int, default=1, metavar="N", help="requests in flight per host")
     g.add_argument(
         "--user-agent",
         default=DEFAULT_USER_AGENT,
         metavar="UA",
-        help="User-Agent sent and whose product token robots.txt groups are matched by",
+        help="User-Agent sent, and whose product token robots.txt groups are matched by",
     )
-    g.add_argument("--max-depth", type=int, default=20, metavar="N", help="link depth limit (default: %(default)s)")
-    g.add_argument("--max-pages", type=int, default=None, metavar="N", help="stop admitting after N pages")
+    g.add_argument("--max-depth", type=non_negative_int, default=20, metavar="N", help="link depth limit")
     g.add_argument(
-        "--max-pages-per-host", type=int, default=10_000, metavar="N", help="trap bound per host (default: %(default)s)"
+        "--max-pages", type=positive_int, default=None, metavar="N", help="stop admitting after N pages (default: none)"
     )
+    g.add_argument("--max-pages-per-host", type=positive_int, default=10_000, metavar="N", help="trap bound per host")
     g.add_argument(
         "--lease-s",
-        type=float,
+        type=positive_float,
         default=120.0,
         metavar="S",
-        help="lease duration before an unfinished fetch is handed out again (default: %(default)s)",
+        help="lease duration before an unfinished fetch is handed out again",
     )
     g.add_argument(
-        "--max-attempts",
-        type=int,
-        default=3,
-        metavar="N",
-        help="tries of one URL before it fails for good (default: %(default)s)",
+        "--max-attempts", type=positive_int, default=3, metavar="N", help="tries of one URL before it fails for good"
     )
     g.add_argument(
         "--retry-base-s",
-        type=float,
+        type=non_negative_float,
         default=5.0,
         metavar="S",
-        help="first retry delay; it doubles per attempt, with jitter (default: %(default)s)",
+        help="first retry delay; it doubles per attempt, with jitter",
     )
     g.add_argument(
         "--robots-attempts",
-        type=int,
+        type=positive_int,
         default=4,
         metavar="N",
-        help="tries of an unavailable robots.txt before its origin is given up (default: %(default)s)",
+        help="tries of an unavailable robots.txt before its origin is given up",
+    )
+    g.add_argument(
+        "--max-retry-after",
+        type=non_negative_float,
+        default=600.0,
+        metavar="S",
+        help="longest Retry-After honoured (a longer one is cut to this)",
     )
 
 
 def frontier_config(args: argparse.Namespace, scope: str = "all") -> FrontierConfig:
-    """The core's configuration from parsed politeness flags, with a clear error for nonsense values."""
-    if args.delay < 0:
-        raise SystemExit("hostring: --delay must be >= 0")
-    if args.concurrency < 1:
-        raise SystemExit("hostring: --concurrency must be >= 1")
-    if args.lease_s <= 0:
-        raise SystemExit("hostring: --lease-s must be > 0")
-    if args.max_attempts < 1 or args.robots_attempts < 1 or args.retry_base_s < 0:
-        raise SystemExit("hostring: --max-attempts and --robots-attempts must be >= 1, --retry-base-s >= 0")
+    """The core's configuration from parsed politeness flags (their ranges are checked by the parser)."""
     try:
         RobotsPolicy(args.user_agent)
     except ValueError as e:
-        raise SystemExit(f"hostring: --user-agent: {e}") from e
+        raise UsageError(f"--user-agent {args.user_agent!r}: {e}") from e
     return FrontierConfig(
-        politeness=PolitenessConfig(min_delay_s=args.delay, concurrency=args.concurrency),
+        politeness=PolitenessConfig(
+            min_delay_s=args.delay, concurrency=args.concurrency, retry_after_cap_s=args.max_retry_after
+        ),
         retry=RetryConfig(
             max_attempts=args.max_attempts, base_s=args.retry_base_s, robots_max_attempts=args.robots_attempts
         ),
@@ -103,66 +137,185 @@ def frontier_config(args: argparse.Namespace, scope: str = "all") -> FrontierCon
     )
 
 
-def _scope_entries(path: str | None) -> list[str]:
+def scope_setting(scope: str, scope_file: str | None) -> tuple[str, Path | None]:
+    """(mode, file) from `--scope all|host|domain|FILE` (or the older `--scope list --scope-file FILE`)."""
+    if scope in SCOPES:
+        if scope_file:
+            raise UsageError(f"--scope-file goes with --scope list (or give --scope {scope_file}), not --scope {scope}")
+        return scope, None
+    path = Path(scope_file) if scope == "list" and scope_file else None if scope == "list" else Path(scope)
+    if path is None:
+        raise UsageError("--scope list needs --scope-file FILE (or give --scope FILE)")
+    if not path.is_file():
+        raise UsageError(f"--scope {scope}: no such file {str(path)!r}; give all, host, domain or a file of hosts")
+    return "list", path
+
+
+def _scope_entries(path: Path | None) -> list[str]:
     """Hosts or registrable domains, one per line (# comments), from a scope file."""
-    if not path:
+    if path is None:
         return []
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        text = path.read_text(encoding="utf-8")
     except OSError as e:
-        raise SystemExit(f"hostring: cannot read scope file {path}: {e.strerror}") from e
+        raise UsageError(f"cannot read scope file {path}: {e.strerror}") from e
     entries = [line.split("#")[0].strip().lower().rstrip(".") for line in text.splitlines()]
     return [e for e in entries if e]
+
+
+def _scope_flags(p: argparse.ArgumentParser, default: str) -> None:
+    p.add_argument("--scope", default=default, metavar="all|host|domain|FILE", help=SCOPE_HELP)
+    p.add_argument("--scope-file", metavar="FILE", help="the older spelling: --scope list --scope-file FILE")
+
+
+def _global_flags(p: argparse.ArgumentParser, *, top: bool) -> None:
+    """--log-level, --log-format and --config: before the command (top) or after it (default: as before it)."""
+    g = p.add_argument_group("global options (also accepted before the command)") if not top else p
+    default: dict[str, Any] = {} if top else {"default": argparse.SUPPRESS}
+    g.add_argument(
+        "--log-level",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="the least important log records shown; DEBUG also shows the traceback of an unexpected error",
+        **({"default": "INFO"} if top else default),
+    )
+    g.add_argument(
+        "--log-format",
+        choices=logs.FORMATS,
+        help="text lines, or one JSON object per line (ts, level, logger, msg, run_id, node/worker); "
+        "auto: text on a terminal, JSON otherwise",
+        **({"default": "auto"} if top else default),
+    )
+    g.add_argument(
+        "--config",
+        metavar="FILE",
+        help="a TOML settings file (keys: the long flags without dashes; [COMMAND] tables); or $HOSTRING_CONFIG",
+        **default,
+    )
+
+
+# ---------------------------------------------------------------------------------------------- node
 
 
 def cmd_node(args: argparse.Namespace) -> int:
     from frontier_node.server import serve_forever, start_node, stop_signals
 
-    if args.scope == "list" and not args.scope_file:
-        raise SystemExit("hostring: --scope list needs --scope-file")
+    mode, scope_file = scope_setting(args.scope, args.scope_file)
+    config = frontier_config(args, mode)
+    advertise = args.advertise
+    if args.coordinator:
+        if not args.store.startswith(("redis://", "rediss://")):
+            raise UsageError("a node in a cluster keeps its state in Redis: give --store redis://HOST:PORT/DB")
+        if not advertise:
+            if is_wildcard(args.listen):
+                raise UsageError(
+                    f"--listen {args.listen} listens on every interface: give --advertise HOST:PORT, the address "
+                    "the coordinator, workers and other nodes reach this node at"
+                )
+            advertise = args.listen  # a port 0 here is replaced by the port bound (frontier_node.server)
+    elif not args.store.startswith(("sqlite:", "memory:")):
+        raise UsageError(
+            f"--store {args.store!r}: a node on its own keeps its state in sqlite:///PATH (or memory://); "
+            "a redis:// store needs --coordinator ADDR"
+        )
     logs.bind(role="node", node=args.id)
     try:
         node = start_node(
             args.store,
             args.listen,
-            frontier_config(args, args.scope),
+            config,
             node_id=args.id,
-            scope=_scope_entries(args.scope_file),
+            scope=_scope_entries(scope_file),
             coordinator=args.coordinator,
-            advertise=args.advertise,
+            advertise=advertise,
             weight=args.weight,
             metrics_port=args.metrics_port,
             tls=tls_from(args),
             admin_token=token_from(args),
         )
+    except redis.RedisError as e:
+        raise errors.redis_failure(e, args.store, "--store") from None
     except ValueError as e:
-        raise SystemExit(f"hostring: {e}") from e
+        raise UsageError(str(e)) from e
+    except OSError as e:
+        raise errors.DependencyError(
+            f"cannot start: {e.strerror or e} (--listen {args.listen}, --metrics-port {args.metrics_port}, "
+            f"--store {args.store}); free the port or pick another"
+        ) from e
     frontier = node.service.frontier
     logs.set_run_id_getter(lambda: frontier.run_id)
     metrics = f", metrics on port {node.metrics_port}" if node.metrics_port is not None else ""
     done = stop_signals()  # before the announcement: a SIGTERM right after it must still stop cleanly
-    print(f"hostring node {args.id} listening on port {node.port} (store {args.store}{metrics})", flush=True)
+    where = f"scope {mode}" + (f" {scope_file}" if scope_file else "")
+    print(f"hostring node {args.id} listening on port {node.port} (store {args.store}, {where}{metrics})", flush=True)
     serve_forever(node, done)
     return 0
 
 
-def _crawl_options(args: argparse.Namespace, seeds: list[str], out: str) -> CrawlOptions:
-    from pathlib import Path
+# ---------------------------------------------------------------------------------------------- crawl
 
+
+def cmd_crawl(args: argparse.Namespace) -> int:
+    from hostring_cli.crawl import read_seeds, run_crawl
+    from hostring_cli.crawldir import CrawlDir
+
+    settings: Settings = args.settings
+    stored: dict[str, Any] = {}
+    runs: list[dict[str, Any]] = []
+    notes: list[str] = []
+    crawl_dir = CrawlDir(Path(args.out))
+    if args.resume:
+        crawl_dir.check(resume=True)
+        if crawl_dir.settings.is_file():
+            stored, raw = read_stored(crawl_dir.settings, settings.options)
+            runs = [dict(r) for r in raw.get("runs", []) if isinstance(r, dict)]
+            settings = args.resolve(stored=stored, stored_name=f"stored in {crawl_dir.settings}")
+            notes = settings.changes(stored, skip=_PER_RUN)
+    seeds_file = Path(args.seeds_file) if args.seeds_file else None
+    seeds = read_seeds(args.seeds, seeds_file)
+    if not seeds and not args.resume:
+        seeds = read_seeds([str(s) for s in settings.config.get("seeds", [])], None)
+    if not seeds and not args.resume:
+        raise UsageError("give at least one SEED URL (or --seeds-file FILE, or --resume to continue a crawl)")
+    opts = _crawl_options(args, seeds, settings, stored)
+    opts.runs = [*runs, run_record("resume" if args.resume else "start", notes)]
+    if args.resume:
+        if stored:
+            told = "; ".join(notes) if notes else "no change"
+            opts.notice = f"resuming {args.out} with the settings stored in {crawl_dir.settings} ({told})"
+        else:
+            opts.notice = f"resuming {args.out} (no stored settings: with the flags given and the defaults)"
+    return run_crawl(opts)
+
+
+def _crawl_options(
+    args: argparse.Namespace, seeds: list[str], settings: Settings, stored: dict[str, Any]
+) -> CrawlOptions:
+    from fetch_worker.netpolicy import NetworkPolicy
     from hostring_cli.crawl import CrawlOptions
 
-    scope, scope_file = args.scope, None
-    if scope not in ("host", "domain"):
-        scope_file = Path(scope)
-        if not scope_file.is_file():
-            raise SystemExit(f"hostring: --scope must be host, domain or an existing file, not {scope!r}")
-        scope = "list"
-    frontier_config(args)  # validates the politeness flags
+    mode, scope_file = scope_setting(args.scope, args.scope_file)
+    frontier_config(args)  # the user agent
+    try:
+        NetworkPolicy(args.allow_network)
+    except ValueError as e:
+        raise UsageError(f"--allow-network: {e}") from e
+    if args.metrics_port is not None and args.metrics_port >= 65535:
+        raise UsageError(f"--metrics-port {args.metrics_port}: the node serves on the next port, so at most 65534")
+    reconsider = []
+    if args.resume:
+        if sorted(args.allow_network) != sorted(stored.get("allow_network", [])):
+            reconsider.append("network_policy")
+        if stored.get("scope", "domain") != args.scope or stored.get("scope_file") != args.scope_file:
+            reconsider.append("out_of_scope")
+    record = {
+        key_of(settings.options[dest]): value
+        for dest, value in settings.values.items()
+        if dest in settings.options and dest not in _PER_RUN
+    }
     return CrawlOptions(
         seeds=seeds,
-        out=Path(out),
-        scope=scope,
+        out=Path(args.out),
+        scope=mode,
         scope_file=scope_file,
         allow_network=args.allow_network,
         delay=args.delay,
@@ -179,6 +332,10 @@ def _crawl_options(args: argparse.Namespace, seeds: list[str], out: str) -> Craw
         max_bytes=args.max_response_bytes,
         metrics_port=args.metrics_port,
         log_format=logs.resolve_format(args.log_format),
+        idle_exit_s=args.idle_exit,
+        grace_s=args.grace,
+        reconsider=reconsider,
+        settings=record,
         node_args=[
             "--max-attempts",
             str(args.max_attempts),
@@ -186,23 +343,13 @@ def _crawl_options(args: argparse.Namespace, seeds: list[str], out: str) -> Craw
             str(args.retry_base_s),
             "--robots-attempts",
             str(args.robots_attempts),
+            "--max-retry-after",
+            str(args.max_retry_after),
         ],
     )
 
 
-def cmd_crawl(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from hostring_cli.crawl import CrawlError, read_seeds, run_crawl
-
-    try:
-        seeds = read_seeds(args.seeds, Path(args.seeds_file) if args.seeds_file else None)
-        if not seeds and not args.resume:
-            raise CrawlError("give at least one SEED URL (or --seeds-file, or --resume)")
-        return run_crawl(_crawl_options(args, seeds, args.out))
-    except CrawlError as e:
-        print(f"hostring: {e}", file=sys.stderr)
-        return 2
+# ---------------------------------------------------------------------------------------------- demo, report
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -211,18 +358,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
     except ModuleNotFoundError as e:  # an install without the test web (the container image): one line, no traceback
         if (e.name or "").partition(".")[0] != "hostring_testing":
             raise
-        print(
-            "hostring: demo needs the loopback test web (package hostring_testing), which this install leaves out "
-            "(the container image ships no test support); run it from a source checkout: pip install -e .",
-            file=sys.stderr,
-        )
-        return 2
+        raise UsageError(
+            "demo needs the loopback test web (package hostring_testing), which this install leaves out "
+            "(the container image ships no test support); run it from a source checkout: pip install -e ."
+        ) from None
     return run_demo(out=args.out, delay=args.delay)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     """The coverage report: live from a node (Report RPC) or reconciled offline from a crawl's SQLite store."""
-    from hostring_cli.crawl import summarize
+    from hostring_cli.summary import summarize
 
     if args.store:
         from frontier_node.offline_report import StoreReadError, store_path, store_report
@@ -230,81 +375,81 @@ def cmd_report(args: argparse.Namespace) -> int:
         try:
             report = store_report(store_path(args.store), dispositions=args.dispositions)
         except StoreReadError as e:
-            raise SystemExit(f"hostring: {e}") from e
+            raise UsageError(f"--store {args.store}: {e}") from e
     else:
+        import grpc
+
         from hostring.v1 import frontier_pb2 as pb
         from hostring.v1 import frontier_pb2_grpc as pb_grpc
 
-        with tls_from(args).channel(args.node) as channel:  # any size: the report comes in 1 MiB pieces
-            chunks = pb_grpc.FrontierStub(channel).ReportStream(  # type: ignore[no-untyped-call]
-                pb.ReportRequest(dispositions=args.dispositions), timeout=args.timeout
-            )
-            report = json.loads(b"".join(chunk.data for chunk in chunks))
+        try:  # any size: the report comes in 1 MiB pieces
+            with tls_from(args).channel(args.node) as channel:
+                chunks = pb_grpc.FrontierStub(channel).ReportStream(  # type: ignore[no-untyped-call]
+                    pb.ReportRequest(dispositions=args.dispositions), timeout=args.timeout
+                )
+                report = json.loads(b"".join(chunk.data for chunk in chunks))
+        except grpc.RpcError as e:
+            raise errors.rpc_failure(e, "frontier node", args.node, "--node") from None
     if args.json or args.dispositions:
         json.dump(report, sys.stdout, indent=2, sort_keys=True)
         print()
         return 0
-    # an offline report has no budget counters; what a crawled server chose is escaped for the terminal
-    print(summarize(escape_tree({"suppressed_by_rule": [], **report})))
+    print(summarize(escape_tree(report)))  # what a crawled server chose is escaped for the terminal
     if "attempts" in report:
         a = report["attempts"]
         spread = ", ".join(f"{n} lease(s): {c}" for n, c in a["leases_per_identity"].items())
         print(f"  attempts: {spread or 'none'}; leased more than once: {a['leased_more_than_once']}")
         j = report["journal"]
         print(f"  journal: {j['entries']} entries; items disagreeing with their last entry: {j['disagreeing_items']}")
-        print(f"  not in the store (ask a live node): {', '.join(report['not_in_store'])}")
+        if report["not_in_store"]:
+            print(f"  not in the store (ask a live node): {', '.join(report['not_in_store'])}")
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+# ---------------------------------------------------------------------------------------------- the parser
+
+
+def build_parser() -> Parser:
+    parser = Parser(
         prog="hostring",
         description="A distributed, polite web-crawl frontier. Run `hostring COMMAND --help` for each command.",
+        epilog=f"{SETTINGS_HELP} {EXIT_CODES}",
     )
-    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
-    parser.add_argument(
-        "--log-format",
-        default="auto",
-        choices=logs.FORMATS,
-        help="text lines, or one JSON object per line (ts, level, logger, msg, run_id, node/worker); "
-        "auto: text on a terminal, JSON otherwise (default: %(default)s)",
-    )
+    parser.add_argument("--version", action="version", version=f"hostring {version()}")
+    _global_flags(parser, top=True)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     node = sub.add_parser(
         "node",
         help="run a frontier node (gRPC Lease/Complete/Discover over a store)",
-        description="Serve the Frontier gRPC service over an embedded SQLite (or memory) store.",
+        description="Serve the Frontier gRPC service over an embedded SQLite (or memory) store, or, with "
+        "--coordinator, over Redis as one node of a cluster.",
+        epilog=SETTINGS_HELP,
     )
     node.add_argument(
-        "--store", default="sqlite:///hostring-node.sqlite3", help="sqlite:///PATH or memory:// (default: %(default)s)"
+        "--store", default="sqlite:///hostring-node.sqlite3", help="sqlite:///PATH, memory:// or redis://"
     )
     node.add_argument(
         "--listen",
+        type=host_port,
         default="127.0.0.1:50051",
         metavar="HOST:PORT",
-        help="address to serve on; port 0 picks a free one (default: %(default)s)",
+        help="address to serve on; port 0 picks",
     )
-    node.add_argument("--id", default="node-0", help="node id (default: %(default)s)")
+    node.add_argument("--id", default="node-0", help="node id: its name in the ring")
     node.add_argument(
         "--coordinator", default="", metavar="ADDR", help="join this coordinator's ring (needs a redis:// store)"
     )
     node.add_argument(
         "--advertise",
-        default="",
+        type=host_port,
+        default=None,
         metavar="HOST:PORT",
-        help="address others reach this node at (default: 127.0.0.1 and the bound port)",
+        help="address others reach this node at (default: the --listen address; required when it is a wildcard)",
     )
-    node.add_argument("--weight", type=int, default=1, help="share of the ring (default: %(default)s)")
-    node.add_argument("--metrics-port", type=int, default=None, metavar="PORT", help="serve Prometheus /metrics")
-    node.add_argument(
-        "--scope",
-        default="all",
-        choices=["all", "host", "domain", "list"],
-        help="admit links anywhere, only on the seeds' hosts or registrable domains, or only on the "
-        "hosts/domains of --scope-file (default: %(default)s)",
-    )
-    node.add_argument("--scope-file", metavar="FILE", help="hosts or registrable domains, one per line")
+    node.add_argument("--weight", type=positive_int, default=1, help="share of the ring")
+    node.add_argument("--metrics-port", type=port, default=None, metavar="PORT", help="serve Prometheus /metrics")
+    _scope_flags(node, "all")
     add_token_flag(node, server=True)
     add_tls_flags(node, server=True)
     _politeness_flags(node)
@@ -314,57 +459,63 @@ def build_parser() -> argparse.ArgumentParser:
         "crawl",
         help="crawl from seeds with a node and a worker on the embedded store, then report",
         description="Run a whole polite crawl in one process tree: a frontier node on SQLite in OUT, a fetch "
-        "worker writing WARC to OUT/warc, a live progress line, and a coverage report at the end "
-        "(printed and written to OUT/report.json). Ctrl-C stops cleanly; --resume continues.",
+        "worker writing WARC to OUT/warc, a live progress line, and a coverage report at the end (printed and "
+        "written to OUT/report.json). The crawl's settings are kept in OUT/crawl.toml: `--resume --out OUT` "
+        "continues with them (a flag given then overrides and is recorded). Ctrl-C (or SIGTERM) lets the fetches "
+        "in flight finish and stops; a second Ctrl-C hands them back at once.",
+        epilog=f"{_legend()} {SETTINGS_HELP} With --resume, the stored settings come between the file and the "
+        f"defaults. {EXIT_CODES}",
     )
     crawl.add_argument("seeds", nargs="*", metavar="SEED", help="start URLs")
-    crawl.add_argument("--seeds-file", metavar="F", help="more start URLs, one per line")
-    crawl.add_argument(
-        "--scope",
-        default="domain",
-        metavar="host|domain|FILE",
-        help="follow links only on the seeds' hosts, their registrable domains, or the hosts and "
-        "domains listed in FILE (default: %(default)s)",
-    )
+    crawl.add_argument("--seeds-file", metavar="FILE", help="more start URLs, one per line")
+    _scope_flags(crawl, "domain")
     crawl.add_argument(
         "--allow-network",
         action="append",
+        type=cidr,
         default=[],
         metavar="CIDR",
         help="let the fetcher connect to these otherwise refused (loopback, private) addresses; repeatable",
     )
-    crawl.add_argument(
-        "--out", default="hostring-out", metavar="DIR", help="store, WARC files and report (default: %(default)s)"
-    )
-    crawl.add_argument("--resume", action="store_true", help="continue the crawl stored in --out")
-    crawl.add_argument(
-        "--fetchers",
-        type=int,
-        default=64,
-        metavar="N",
-        help="fetches in flight at once across hosts (default: %(default)s)",
-    )
+    crawl.add_argument("--out", default="hostring-out", metavar="DIR", help="store, settings, WARC files and report")
+    crawl.add_argument("--resume", action="store_true", help="continue the crawl in --out, with its stored settings")
+    crawl.add_argument("--fetchers", type=positive_int, default=64, metavar="N", help="fetches in flight across hosts")
     crawl.add_argument("--no-progress", action="store_true", help="no live progress line")
     crawl.add_argument(
         "--metrics-port",
-        type=int,
+        type=port,
         default=None,
         metavar="PORT",
-        help="serve the worker's Prometheus /metrics on PORT and the node's on PORT+1",
+        help="serve the worker's Prometheus /metrics on PORT and the node's on PORT+1 (loopback)",
     )
     crawl.add_argument(
         "--fetch-timeout",
-        type=float,
+        type=positive_float,
         default=60.0,
         metavar="S",
-        help="total time one fetch may take, a slow trickle included (default: %(default)s)",
+        help="total time one fetch may take, a slow trickle included",
     )
     crawl.add_argument(
         "--max-response-bytes",
-        type=int,
+        type=positive_int,
         default=10 * 2**20,
         metavar="N",
-        help="largest body read, on the wire (default: %(default)s)",
+        help="largest body read, on the wire",
+    )
+    crawl.add_argument(
+        "--idle-exit",
+        type=duration,
+        default="60s",
+        metavar="DUR",
+        help="end when the only work left cannot start for longer than DUR (a retry after an error, a backed-off "
+        "host; at least twice --delay), reporting it as deferred; --resume picks it up; 0 never",
+    )
+    crawl.add_argument(
+        "--grace",
+        type=duration,
+        default="30s",
+        metavar="DUR",
+        help="on Ctrl-C or SIGTERM, how long fetches in flight may take to finish before they are handed back",
     )
     _politeness_flags(crawl)
     crawl.set_defaults(func=cmd_crawl)
@@ -377,11 +528,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--out", default="", metavar="DIR", help="where to keep the crawl (default: a temp dir)")
     demo.add_argument(
-        "--delay",
-        type=float,
-        default=0.2,
-        metavar="S",
-        help="seconds between requests to one origin (default: %(default)s)",
+        "--delay", type=non_negative_float, default=0.2, metavar="S", help="seconds between requests to one origin"
     )
     demo.set_defaults(func=cmd_demo)
 
@@ -391,14 +538,13 @@ def build_parser() -> argparse.ArgumentParser:
         "report",
         help="a crawl's coverage report: from a running node, or from a crawl's store",
         description="Reconcile a crawl: final disposition per admitted identity, counts by state and reason, "
-        "robots denials, failures, unresolved work. --node asks a running node; --store reads a finished (or "
-        "running) crawl's SQLite file read-only and adds the attempts behind each identity from the journal. "
-        "A summary by default; --json for the whole report, --dispositions adds every identity's row.",
+        "robots denials, failures, unresolved work. --node asks a running node (a standalone one, or any node of "
+        "a cluster); --store reads a finished (or running) crawl's SQLite file read-only and adds the attempts "
+        "behind each identity from the journal. A summary by default; --json for the whole report, "
+        "--dispositions adds every identity's row.",
     )
     source = report.add_mutually_exclusive_group()
-    source.add_argument(
-        "--node", default="127.0.0.1:50051", metavar="HOST:PORT", help="a running node (default: %(default)s)"
-    )
+    source.add_argument("--node", default="127.0.0.1:50051", metavar="HOST:PORT", help="a running node")
     source.add_argument(
         "--store", metavar="sqlite:///PATH", help="a crawl's store, e.g. sqlite:///OUT/frontier.sqlite3"
     )
@@ -408,29 +554,42 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="JSON with one row per admitted identity as well (state, reason, attempts; large)",
     )
-    report.add_argument("--timeout", type=float, default=30.0)
+    report.add_argument("--timeout", type=positive_float, default=30.0, metavar="S", help="how long to wait for --node")
     add_tls_flags(report, server=False)
     report.set_defaults(func=cmd_report)
+    for command in _all_commands(parser):
+        _global_flags(command, top=False)
+        if command.epilog is None and not command.commands:
+            command.epilog = SETTINGS_HELP
     return parser
 
 
+def _legend() -> str:
+    from hostring_cli.progress import LEGEND
+
+    return LEGEND
+
+
+def _all_commands(parser: Parser) -> list[Parser]:
+    out = []
+    for sub in parser.commands.values():
+        out += [sub, *_all_commands(sub)]
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logs.setup_logging(args.log_level, json=logs.resolve_format(args.log_format) == "json")
-    try:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+
+    def command() -> int:
+        args.resolve = functools.partial(resolve, parser, args, argv, os.environ)
+        args.settings = args.resolve()
+        logs.setup_logging(args.log_level, json=logs.resolve_format(args.log_format) == "json")
         result: int = args.func(args)
-    except grpc.RpcError as e:  # a refused or failed call: one line with the status, not a traceback
-        print(f"hostring: {_rpc_failure(e)}", file=sys.stderr)
-        return 1
-    return result
+        return result
 
-
-def _rpc_failure(e: grpc.RpcError) -> str:
-    """'CODE: details' of a failed call (grpc.Call errors carry both; a bare RpcError only its text)."""
-    code, details = getattr(e, "code", None), getattr(e, "details", None)
-    if callable(code) and callable(details):
-        return f"{code().name}: {details()}"
-    return f"RPC failed: {e}"
+    return errors.run(command, debug=lambda: getattr(args, "log_level", "") == "DEBUG")
 
 
 if __name__ == "__main__":

@@ -10,21 +10,38 @@ import argparse
 import asyncio
 import contextlib
 import json
+import logging
 import signal
 import sys
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import grpc
+import redis
 
 from hostring import logs
+from hostring.limits import grpc_options
 from hostring.security import SecurityConfigError, TlsConfig, admin_metadata, load_admin_token
 from hostring.v1 import coordinator_pb2 as cpb
 from hostring.v1 import coordinator_pb2_grpc as cpb_grpc
 from hostring.v1 import frontier_pb2 as pb
 from hostring.v1 import frontier_pb2_grpc as pb_grpc
+from hostring_cli.args import (
+    Parser,
+    UsageError,
+    cidr,
+    host_port,
+    non_negative_float,
+    port,
+    positive_float,
+    positive_int,
+)
+from hostring_cli.errors import DependencyError, redis_failure, rpc_failure
+
+log = logging.getLogger("hostring.cli")
 
 # ---------------------------------------------------------------------------------------------- shared flags
 
@@ -69,11 +86,11 @@ def add_token_flag(p: argparse.ArgumentParser, *, server: bool) -> None:
 
 
 def tls_from(args: argparse.Namespace) -> TlsConfig:
-    """The process's TlsConfig from its flags; a clear exit for unreadable or incomplete settings."""
+    """The process's TlsConfig from its flags; a usage error for unreadable or incomplete settings."""
     try:
         return TlsConfig.from_args(args)
     except SecurityConfigError as e:
-        raise SystemExit(f"hostring: {e}") from e
+        raise UsageError(str(e)) from e
 
 
 def token_from(args: argparse.Namespace) -> str | None:
@@ -81,7 +98,7 @@ def token_from(args: argparse.Namespace) -> str | None:
     try:
         return load_admin_token(getattr(args, "admin_token_file", None))
     except SecurityConfigError as e:
-        raise SystemExit(f"hostring: {e}") from e
+        raise UsageError(str(e)) from e
 
 
 # ---------------------------------------------------------------------------------------------- processes
@@ -92,20 +109,27 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
 
     tls = tls_from(args)
     logs.bind(role="coordinator")
-    coord = start_coordinator(
-        args.listen,
-        redis_url=args.redis or None,
-        heartbeat_timeout_s=args.heartbeat_timeout,
-        tls=tls,
-        admin_token=token_from(args),
-    )
+    try:
+        coord = start_coordinator(
+            args.listen,
+            redis_url=args.redis or None,
+            heartbeat_timeout_s=args.heartbeat_timeout,
+            tls=tls,
+            admin_token=token_from(args),
+        )
+    except redis.RedisError as e:
+        raise redis_failure(e, args.redis, "--redis") from None
+    except OSError as e:
+        raise DependencyError(f"cannot serve on --listen {args.listen}: {e}") from e
     metrics = ""
     if args.metrics_port is not None:
         from coordinator.metrics import coordinator_registry
         from hostring.metrics import serve_metrics
 
         bound = serve_metrics(
-            args.metrics_port, coordinator_registry(coord.service.membership, coord.redis_client), args.listen
+            args.metrics_port,
+            coordinator_registry(coord.service.membership, coord.redis_client),
+            f"{args.metrics_listen}:0" if args.metrics_listen else args.listen,
         )
         metrics = f", metrics on port {bound}"
     print(
@@ -123,46 +147,61 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from fetch_worker.netpolicy import NetworkPolicy
     from fetch_worker.warc import WarcWriter
     from fetch_worker.worker import Worker
+    from hostring.client import Router, StaticRouter
     from hostring.membership import RingWatcher
     from hostring.metrics import serve_metrics
 
     try:
         policy = NetworkPolicy(args.allow_network)
     except ValueError as e:
-        raise SystemExit(f"hostring: --allow-network: {e}") from e
+        raise UsageError(f"--allow-network: {e}") from e
     tls = tls_from(args)
 
     async def run() -> None:
-        watcher = RingWatcher(args.coordinator, tls=tls)
-        await watcher.start(timeout=args.connect_timeout)
+        router: Router
+        watcher: RingWatcher | None = None
+        if args.node:
+            router, source = StaticRouter(args.node, tls=tls), f"node {args.node}"
+        else:
+            watcher = RingWatcher(args.coordinator, tls=tls)
+            try:
+                await watcher.start(timeout=args.connect_timeout)
+            except grpc.RpcError as e:
+                raise rpc_failure(e, "coordinator", args.coordinator, "--coordinator") from None
+            router, source = watcher, f"ring epoch {watcher.ring.epoch}"
+        if not args.out:
+            log.warning("no --out: fetched pages are not kept (no WARC files); give --out DIR to keep them")
         limits = FetchLimits(total_timeout_s=args.fetch_timeout)
         fetcher = Fetcher(policy, args.user_agent, limits, max_connections=args.fetchers)
         warc = WarcWriter(Path(args.out), prefix=f"hostring-{args.id or 'worker'}") if args.out else None
         token = args.user_agent.split("/")[0].split()[0]
         metrics = WorkerMetrics() if args.metrics_port is not None else None
         worker = Worker(
-            watcher,
+            router,
             fetcher,
             warc=warc,
             worker_id=args.id,
             max_in_flight=args.fetchers,
             product_token=token,
             metrics=metrics,
+            channel_options=grpc_options(),
         )
         logs.bind(role="worker", worker=worker.worker_id)
         announce = ""
         if metrics is not None:
-            announce = f", metrics on port {serve_metrics(args.metrics_port, metrics.registry)}"
-        stop = asyncio.Event()
+            bound = serve_metrics(args.metrics_port, metrics.registry, f"{args.metrics_listen}:0")
+            announce = f", metrics on port {bound}"
+        stop, force = asyncio.Event(), asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        print(f"hostring worker {worker.worker_id} leasing from ring epoch {watcher.ring.epoch}{announce}", flush=True)
+            loop.add_signal_handler(sig, lambda: force.set() if stop.is_set() else stop.set())
+        print(f"hostring worker {worker.worker_id} leasing from {source}{announce}", flush=True)
         try:
-            await worker.run(stop, until_drained=args.until_drained, grace_s=args.grace)
+            await worker.run(stop, until_drained=args.until_drained, grace_s=args.grace, force=force)
         finally:
             await worker.close()
-            await watcher.close()
+            if watcher is not None:
+                await watcher.close()
 
     asyncio.run(run())
     return 0
@@ -172,9 +211,13 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def _ring(coordinator: str, timeout: float, tls: TlsConfig) -> cpb.RingState:
-    with tls.channel(coordinator) as channel:
-        ring: cpb.RingState = cpb_grpc.CoordinatorStub(channel).GetRing(cpb.GetRingRequest(), timeout=timeout)  # type: ignore[no-untyped-call]
-        return ring
+    try:
+        with tls.channel(coordinator) as channel:
+            stub = cpb_grpc.CoordinatorStub(channel)  # type: ignore[no-untyped-call]
+            ring: cpb.RingState = stub.GetRing(cpb.GetRingRequest(), timeout=timeout)
+            return ring
+    except grpc.RpcError as e:
+        raise rpc_failure(e, "coordinator", coordinator, "--coordinator") from None
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -222,24 +265,32 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_seed(args: argparse.Namespace) -> int:
     from hostring.client import NodeClients
     from hostring.membership import RingWatcher
-    from hostring_cli.crawl import CrawlError, read_seeds
+    from hostring_cli.crawl import read_seeds
 
-    try:
-        seeds = read_seeds(args.urls, Path(args.file) if args.file else None)
-    except CrawlError as e:
-        print(f"hostring: {e}", file=sys.stderr)
-        return 2
+    seeds = read_seeds(args.urls, Path(args.seeds_file) if args.seeds_file else None)
     if not seeds:
-        print("hostring: give URLs or --file", file=sys.stderr)
-        return 2
+        raise UsageError("give URLs to seed, or --seeds-file FILE")
     tls = tls_from(args)
+    links = [pb.Link(observed=s, seed=True) for s in seeds]
+    if args.node:
+        try:
+            with _frontier(tls, args.node) as stub:
+                resp = stub.Discover(pb.DiscoverRequest(links=links), timeout=args.timeout)
+        except grpc.RpcError as e:
+            raise rpc_failure(e, "frontier node", args.node, "--node") from None
+        verdicts = Counter(pb.Verdict.Name(v.verdict).lower() for v in resp.verdicts)
+        print(f"seeded node {args.node}: " + ", ".join(f"{k} {n}" for k, n in sorted(verdicts.items())))
+        return 0
 
     async def run() -> int:
         watcher = RingWatcher(args.coordinator, tls=tls)
-        await watcher.start(timeout=args.timeout)
+        try:
+            await watcher.start(timeout=args.timeout)
+        except grpc.RpcError as e:
+            raise rpc_failure(e, "coordinator", args.coordinator, "--coordinator") from None
         clients = NodeClients(watcher, worker_id="seed")
         try:
-            lost = await clients.route([pb.Link(observed=s, seed=True) for s in seeds])
+            lost = await clients.route(links)
         finally:
             await clients.close()
             await watcher.close()
@@ -261,7 +312,7 @@ def _host_name(text: str) -> str:
         text = urlsplit(text).hostname or ""
     host = text.strip().lower().rstrip(".")
     if not host:
-        raise SystemExit(f"hostring: not a host name: {text!r}")
+        raise UsageError(f"not a host name: {text!r}")
     return host
 
 
@@ -277,7 +328,7 @@ def _node_for(args: argparse.Namespace, tls: TlsConfig, host: str | None) -> lis
     if args.node:
         return [args.node]
     if not args.coordinator:
-        raise SystemExit("hostring: give --node ADDR or --coordinator ADDR")
+        raise UsageError("give --node ADDR or --coordinator ADDR")
     from hostring.domains import registrable_domain
     from hostring.membership import ring_from_proto
 
@@ -286,7 +337,7 @@ def _node_for(args: argparse.Namespace, tls: TlsConfig, host: str | None) -> lis
         return [m.address for m in ring.members.values()]
     owner = ring.owner(registrable_domain(host))
     if owner is None:
-        raise SystemExit(f"hostring: the ring (epoch {ring.epoch}) has no nodes")
+        raise DependencyError(f"the ring of {args.coordinator} (epoch {ring.epoch}) has no nodes")
     return [owner.address]
 
 
@@ -397,11 +448,7 @@ def cmd_hosts_resume(args: argparse.Namespace) -> int:
 
 def cmd_hosts_policy(args: argparse.Namespace) -> int:
     if args.delay is None and args.concurrency is None:
-        raise SystemExit("hostring: hosts policy: give --delay and/or --concurrency")
-    if args.delay is not None and args.delay < 0:
-        raise SystemExit("hostring: --delay must be >= 0")
-    if args.concurrency is not None and args.concurrency < 1:
-        raise SystemExit("hostring: --concurrency must be >= 1")
+        raise UsageError("hosts policy: give --delay and/or --concurrency")
     request = pb.SetHostPolicyRequest(
         host=_host_name(args.host),
         min_delay_s=args.delay if args.delay is not None else -1.0,  # negative: unchanged
@@ -410,7 +457,7 @@ def cmd_hosts_policy(args: argparse.Namespace) -> int:
     return _admin_call(args, "SetHostPolicy", request)
 
 
-def _add_hosts_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_hosts_commands(sub: argparse._SubParsersAction[Parser]) -> None:
     hosts = sub.add_parser(
         "hosts",
         help="list, inspect, pause, resume hosts and set their politeness",
@@ -426,19 +473,19 @@ def _add_hosts_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
         where.add_argument("--node", metavar="ADDR", help="the frontier node to ask")
         where.add_argument("--coordinator", metavar="ADDR", help="find the owning node(s) through this coordinator")
         p.add_argument("--json", action="store_true", help="JSON instead of a table")
-        p.add_argument("--timeout", type=float, default=10.0, metavar="S")
+        p.add_argument("--timeout", type=positive_float, default=10.0, metavar="S", help="how long to wait for answers")
         add_tls_flags(p, server=False)
         if admin:
             add_token_flag(p, server=False)
 
     ls = verbs.add_parser("list", help="hosts by queue depth", description="Hosts, deepest queue first.")
-    ls.add_argument("--limit", type=int, default=50, metavar="N", help="at most N hosts (default: %(default)s)")
+    ls.add_argument("--limit", type=positive_int, default=50, metavar="N", help="at most N hosts")
     ls.add_argument("--with-work", action="store_true", help="only hosts with queued or leased URLs")
     common(ls)
     ls.set_defaults(func=cmd_hosts_list)
 
     show = verbs.add_parser("show", help="one host: queue, delay, backoff, robots", description="One host in detail.")
-    show.add_argument("host", metavar="HOST")
+    show.add_argument("host", metavar="HOST", help="a host name (or a URL on it)")
     common(show)
     show.set_defaults(func=cmd_hosts_show)
 
@@ -447,7 +494,7 @@ def _add_hosts_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
         ("resume", cmd_hosts_resume, "lease URLs of a paused HOST again (admin)"),
     ):
         p = verbs.add_parser(verb, help=text, description=text[0].upper() + text[1:] + ".")
-        p.add_argument("host", metavar="HOST")
+        p.add_argument("host", metavar="HOST", help="a host name (or a URL on it)")
         common(p, admin=True)
         p.set_defaults(func=func)
 
@@ -457,9 +504,11 @@ def _add_hosts_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
         description="Set HOST's politeness: minimum seconds between requests and requests in "
         "flight. Flags not given stay as they are.",
     )
-    pol.add_argument("host", metavar="HOST")
-    pol.add_argument("--delay", type=float, default=None, metavar="S", help="minimum seconds between two requests")
-    pol.add_argument("--concurrency", type=int, default=None, metavar="N", help="requests in flight at once")
+    pol.add_argument("host", metavar="HOST", help="a host name (or a URL on it)")
+    pol.add_argument(
+        "--delay", type=non_negative_float, default=None, metavar="S", help="minimum seconds between two requests"
+    )
+    pol.add_argument("--concurrency", type=positive_int, default=None, metavar="N", help="requests in flight at once")
     common(pol, admin=True)
     pol.set_defaults(func=cmd_hosts_policy)
 
@@ -467,55 +516,88 @@ def _add_hosts_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
 # ---------------------------------------------------------------------------------------------- parser
 
 
-def add_cluster_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser], user_agent: str) -> None:
+def _node_or_coordinator(p: argparse.ArgumentParser, what: str) -> None:
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--coordinator", metavar="ADDR", help=f"a cluster's coordinator: {what} every node of its ring")
+    where.add_argument("--node", metavar="ADDR", help=f"a standalone frontier node: {what} it alone")
+
+
+def add_cluster_commands(sub: argparse._SubParsersAction[Parser], user_agent: str) -> None:
     """Register coordinator, worker, status, seed and hosts on the `hostring` parser."""
     c = sub.add_parser(
         "coordinator",
         help="run the coordinator: membership and ring epochs",
         description="Keep cluster membership and publish the ring; in Redis with --redis, so it survives restarts.",
     )
-    c.add_argument("--listen", default="127.0.0.1:50050", metavar="HOST:PORT")
+    c.add_argument(
+        "--listen", type=host_port, default="127.0.0.1:50050", metavar="HOST:PORT", help="address to serve on"
+    )
     c.add_argument("--redis", default="", metavar="URL", help="keep membership and epochs in this Redis")
     c.add_argument(
         "--heartbeat-timeout",
-        type=float,
+        type=positive_float,
         default=10.0,
         metavar="S",
-        help="a node silent this long leaves the ring (default: %(default)s)",
+        help="a node silent this long leaves the ring",
     )
-    c.add_argument("--metrics-port", type=int, default=None, metavar="PORT", help="serve Prometheus /metrics")
+    c.add_argument("--metrics-port", type=port, default=None, metavar="PORT", help="serve Prometheus /metrics")
+    c.add_argument(
+        "--metrics-listen",
+        default="",
+        metavar="HOST",
+        help="the interface /metrics is served on (default: the --listen host)",
+    )
     add_token_flag(c, server=True)
     add_tls_flags(c, server=True)
     c.set_defaults(func=cmd_coordinator)
 
     w = sub.add_parser(
         "worker",
-        help="run a stateless fetch worker against a cluster",
-        description="Lease from every node of the ring, fetch safely, write WARC, route links.",
+        help="run a stateless fetch worker against a cluster or a standalone node",
+        description="Lease from every node of the ring (or from one standalone node), fetch safely, write WARC, "
+        "route links. SIGTERM or Ctrl-C lets the fetches in flight finish (--grace) and hands the rest back; a "
+        "second one hands them back at once.",
     )
-    w.add_argument("--coordinator", required=True, metavar="ADDR")
+    _node_or_coordinator(w, "lease from")
     w.add_argument("--id", default="", help="worker id (default: random)")
     w.add_argument(
         "--allow-network",
         action="append",
+        type=cidr,
         default=[],
         metavar="CIDR",
         help="let the fetcher connect to these otherwise refused addresses; repeatable",
     )
-    w.add_argument("--user-agent", default=user_agent, metavar="UA")
-    w.add_argument("--out", default="", metavar="DIR", help="write WARC files here (default: none)")
-    w.add_argument("--fetchers", type=int, default=64, metavar="N", help="fetches in flight (default: %(default)s)")
-    w.add_argument("--fetch-timeout", type=float, default=60.0, metavar="S")
+    w.add_argument("--user-agent", default=user_agent, metavar="UA", help="User-Agent sent with every request")
+    w.add_argument(
+        "--out", default="", metavar="DIR", help="write WARC files here (default: none, and a warning: nothing is kept)"
+    )
+    w.add_argument("--fetchers", type=positive_int, default=64, metavar="N", help="fetches in flight")
+    w.add_argument(
+        "--fetch-timeout", type=positive_float, default=60.0, metavar="S", help="total time one fetch may take"
+    )
     w.add_argument(
         "--grace",
-        type=float,
+        type=non_negative_float,
         default=10.0,
         metavar="S",
         help="on SIGTERM, time for in-flight fetches to finish before they are handed back",
     )
     w.add_argument("--until-drained", action="store_true", help="exit when every node has no work left")
-    w.add_argument("--connect-timeout", type=float, default=30.0, metavar="S")
-    w.add_argument("--metrics-port", type=int, default=None, metavar="PORT", help="serve Prometheus /metrics")
+    w.add_argument(
+        "--connect-timeout",
+        type=positive_float,
+        default=30.0,
+        metavar="S",
+        help="how long to wait for the coordinator at start",
+    )
+    w.add_argument("--metrics-port", type=port, default=None, metavar="PORT", help="serve Prometheus /metrics")
+    w.add_argument(
+        "--metrics-listen",
+        default="127.0.0.1",
+        metavar="HOST",
+        help="the interface /metrics is served on; 0.0.0.0 for a Prometheus on another machine or pod",
+    )
     add_tls_flags(w, server=False)
     w.set_defaults(func=cmd_worker)
 
@@ -524,21 +606,21 @@ def add_cluster_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser
         help="ring epoch, nodes, owned domains, queue depths, leases in flight",
         description="Ask the coordinator for the ring and every node for its numbers; a table.",
     )
-    s.add_argument("--coordinator", required=True, metavar="ADDR")
+    s.add_argument("--coordinator", required=True, metavar="ADDR", help="the cluster's coordinator")
     s.add_argument("--json", action="store_true", help="JSON instead of a table")
-    s.add_argument("--timeout", type=float, default=10.0)
+    s.add_argument("--timeout", type=positive_float, default=10.0, metavar="S", help="how long to wait for answers")
     add_tls_flags(s, server=False)
     s.set_defaults(func=cmd_status)
 
     sd = sub.add_parser(
         "seed",
-        help="seed a running cluster: each URL goes to the node owning its domain",
-        description="Send start URLs to the nodes owning their registrable domains.",
+        help="seed a cluster (each URL to the node owning its domain) or a standalone node",
+        description="Send start URLs to the nodes owning their registrable domains, or to one standalone node.",
     )
-    sd.add_argument("urls", nargs="*", metavar="URL")
-    sd.add_argument("--coordinator", required=True, metavar="ADDR")
-    sd.add_argument("--file", metavar="F", help="URLs, one per line")
-    sd.add_argument("--timeout", type=float, default=30.0)
+    sd.add_argument("urls", nargs="*", metavar="URL", help="start URLs")
+    _node_or_coordinator(sd, "seed")
+    sd.add_argument("--seeds-file", "--file", dest="seeds_file", metavar="FILE", help="more start URLs, one per line")
+    sd.add_argument("--timeout", type=positive_float, default=30.0, metavar="S", help="how long to wait for answers")
     add_tls_flags(sd, server=False)
     sd.set_defaults(func=cmd_seed)
 

@@ -1,7 +1,10 @@
 """`hostring crawl`: a whole polite crawl in one process tree — a node child process on SQLite and a worker.
 
-The node runs in its own process so the scheduler and the fetcher each get a core. The node dies with its
-parent (PR_SET_PDEATHSIG), its store survives anything, and `--resume` picks the crawl up where it stopped.
+The node runs in its own process (so the scheduler and the fetcher each get a core) and its own process group,
+so that Ctrl-C in a terminal reaches only this process, which stops the crawl in order: the first Ctrl-C (or
+SIGTERM) stops leasing and lets the fetches in flight finish, a second hands them back at once; then the report
+is taken and the node is stopped. The node dies with its parent (PR_SET_PDEATHSIG); its store survives anything,
+and `--resume` continues with the settings stored in OUT, handing back at once any lease a killed run held.
 """
 
 from __future__ import annotations
@@ -25,21 +28,30 @@ import grpc
 from fetch_worker.fetch import Fetcher, FetchLimits
 from fetch_worker.metrics import WorkerMetrics
 from fetch_worker.netpolicy import NetworkPolicy
-from fetch_worker.warc import WarcWriter
+from fetch_worker.warc import WarcWriter, finalize_open_files
 from fetch_worker.worker import Worker
 from hostring.client import StaticRouter
 from hostring.limits import grpc_options
 from hostring.metrics import serve_metrics
+from hostring.text import escape_tree
 from hostring.urls import UrlRejected, identify
 from hostring.v1 import frontier_pb2 as pb
 from hostring.v1 import frontier_pb2_grpc as pb_grpc
+from hostring_cli.args import EXIT_NOTHING_FETCHED, EXIT_OK, EXIT_STOPPED, UsageError
+from hostring_cli.crawldir import STORE_NAME, CrawlDir, Made
+from hostring_cli.errors import DependencyError
+from hostring_cli.progress import Progress
+from hostring_cli.settings import run_record, toml_value
+from hostring_cli.summary import Finish, summarize
 
-STORE_NAME = "frontier.sqlite3"
+__all__ = ["STORE_NAME", "CrawlError", "CrawlOptions", "read_seeds", "run_crawl", "summarize"]
+
 _PORT_LINE = re.compile(r"listening on port (\d+)")
+_UNFINISHED = ("scheduled", "retryable", "leased")
 
 
-class CrawlError(Exception):
-    """A crawl that cannot start: bad seeds, an occupied output directory, a node that did not come up."""
+class CrawlError(UsageError):
+    """A crawl that cannot start: bad seeds, an occupied output directory (a usage error: exit 2)."""
 
 
 @dataclass
@@ -66,6 +78,12 @@ class CrawlOptions:
     metrics_port: int | None = None
     log_format: str = "text"
     node_args: list[str] = field(default_factory=list)
+    idle_exit_s: float = 60.0  # end when the only work left cannot start for longer than this (0: never)
+    grace_s: float = 30.0  # on the first Ctrl-C, how long fetches in flight may take to finish
+    reconsider: list[str] = field(default_factory=list)  # policy refusals to schedule again (a wider policy)
+    settings: dict[str, Any] = field(default_factory=dict)  # what OUT/crawl.toml records (key -> value)
+    runs: list[dict[str, Any]] = field(default_factory=list)  # the history kept in OUT/crawl.toml
+    notice: str = ""  # one line for the operator once the crawl starts (what a resume runs with)
 
 
 def read_seeds(urls: list[str], seeds_file: Path | None) -> list[str]:
@@ -75,33 +93,32 @@ def read_seeds(urls: list[str], seeds_file: Path | None) -> list[str]:
         try:
             text = seeds_file.read_text(encoding="utf-8")
         except OSError as e:
-            raise CrawlError(f"cannot read seeds file {seeds_file}: {e.strerror}") from e
+            raise CrawlError(f"cannot read --seeds-file {seeds_file}: {e.strerror}") from e
         seeds += [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
     bad = []
     for seed in seeds:
         try:
             identify(seed)
         except UrlRejected as e:
-            bad.append(f"  {seed!r}: {e.reason.value}")
+            bad.append(f"{seed!r} ({e.reason.value})")
     if bad:
-        raise CrawlError("these seeds are not crawlable URLs:\n" + "\n".join(bad))
+        raise CrawlError(f"not a crawlable URL: {'; '.join(bad)}; give http:// or https:// URLs")
     return seeds
 
 
-def _die_with_parent() -> None:
+# ---------------------------------------------------------------------------------------------- the node child
+
+
+def _child_setup() -> None:
     """In the child: receive SIGKILL when the parent dies, so a killed crawl leaves no orphan node."""
     with contextlib.suppress(Exception):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-def start_node_process(opts: CrawlOptions, log: TextIO) -> tuple[subprocess.Popen[str], str]:
-    """Start `hostring node` on the crawl's store and a free loopback port; return it and its address."""
-    scope = (
-        ["--scope", opts.scope]
-        if opts.scope_file is None
-        else ["--scope", "list", "--scope-file", str(opts.scope_file)]
-    )
-    cmd = [
+def node_command(opts: CrawlOptions) -> list[str]:
+    """`hostring node` on the crawl's store and a free loopback port, with the crawl's politeness."""
+    scope = ["--scope", opts.scope] if opts.scope_file is None else ["--scope", str(opts.scope_file.resolve())]
+    return [
         sys.executable,
         "-m",
         "hostring_cli",
@@ -130,77 +147,149 @@ def start_node_process(opts: CrawlOptions, log: TextIO) -> tuple[subprocess.Pope
         *(["--metrics-port", str(opts.metrics_port + 1)] if opts.metrics_port is not None else []),
         *opts.node_args,
     ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, preexec_fn=_die_with_parent)
+
+
+def start_node_process(opts: CrawlOptions, log: TextIO) -> tuple[subprocess.Popen[str], str]:
+    """Start the node in its own process group; return it and its address once it listens."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HOSTRING_")}
+    proc = subprocess.Popen(
+        node_command(opts),
+        stdout=subprocess.PIPE,
+        stderr=log,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        preexec_fn=_child_setup,
+        process_group=0,  # Ctrl-C in the terminal goes to the crawl only; it stops the node in its own time
+        env=env,  # the crawl gives its settings as flags; a private node reads no HOSTRING_* (nor an admin token)
+    )
     assert proc.stdout is not None
     line = proc.stdout.readline()
     m = _PORT_LINE.search(line)
     if not m:
         proc.kill()
-        raise CrawlError(f"the frontier node did not start (see {opts.out / 'node.log'}): {line.strip()!r}")
+        proc.wait()
+        log.flush()
+        last = _last_line(opts.out / "node.log") or line.strip() or "no output"
+        raise DependencyError(f"the crawl's frontier node did not start: {last}")
     return proc, f"127.0.0.1:{m.group(1)}"
 
 
-class Progress:
-    """A one-line live display: pages, rate, queue depth, hosts waiting, errors (a line every 5 s off a TTY)."""
+def _last_line(path: Path) -> str:
+    try:
+        lines = [ln for ln in path.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    if not lines:
+        return ""
+    try:
+        return str(json.loads(lines[-1]).get("msg", lines[-1]))
+    except ValueError:
+        return lines[-1]
 
-    def __init__(self, stream: TextIO, enabled: bool) -> None:
-        self.stream = stream
-        self.enabled = enabled
-        self.tty = stream.isatty()
+
+def stop_node(node: subprocess.Popen[str]) -> None:
+    node.terminate()
+    try:
+        node.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        node.kill()
+        node.wait()
+
+
+# ---------------------------------------------------------------------------------------------- a run
+
+
+class Run:
+    """The state of one run: why it ends, the stop and force events, and what the operator is told."""
+
+    def __init__(self, opts: CrawlOptions, progress: Progress) -> None:
+        self.opts = opts
+        self.progress = progress
+        self.stop = asyncio.Event()
+        self.force = asyncio.Event()
+        self.reason = ""
+        self.signals = 0
+        self.next_ready_s = -1.0
         self.t0 = time.monotonic()
-        self.last_print = 0.0
+        self.worker: Worker | None = None
+        self.node: subprocess.Popen[str] | None = None
+        self.failed = ""
 
-    def update(self, stats: pb.StatsResponse, worker: Worker) -> None:
-        if not self.enabled:
-            return
-        now = time.monotonic()
-        if not self.tty and now - self.last_print < 5.0:
-            return
-        self.last_print = now
-        elapsed = max(now - self.t0, 1e-9)
-        by_state = dict(stats.urls_by_state)
-        done = by_state.get("fetched", 0) + by_state.get("failed", 0) + by_state.get("suppressed", 0)
-        errors = sum(worker.stats.errors.values())
-        line = (
-            f"pages {worker.stats.fetched:>6}  {worker.stats.fetched / elapsed:6.1f}/s  done {done:>6}  "
-            f"queued {stats.queued:>6}  in flight {stats.in_flight:>3}  hosts waiting "
-            f"{stats.hosts_with_work - stats.hosts_ready:>4}/{stats.hosts_with_work:<4} errors {errors:>4}  "
-            f"{elapsed:6.0f}s"
-        )
-        if self.tty:
-            self.stream.write("\r" + line[: os.get_terminal_size(self.stream.fileno()).columns - 1])
+    def end(self, reason: str) -> None:
+        """End the run for `reason` (drained, budget, duration, stopped, idle); the first reason stays."""
+        if not self.reason:
+            self.reason = reason
+        self.stop.set()
+
+    def on_signal(self) -> None:
+        """Ctrl-C or SIGTERM: the first lets fetches in flight finish, the second hands them back now."""
+        self.signals += 1
+        in_flight = self.worker.stats.in_flight if self.worker is not None else 0
+        if self.signals == 1:
+            self.end("stopped")
+            if in_flight:
+                fetches = "1 fetch" if in_flight == 1 else f"{in_flight} fetches"
+                self.progress.note(
+                    f"stopping: {fetches} in flight may finish ({self.opts.grace_s:g} s at most); "
+                    "press Ctrl-C again to hand them back now"
+                )
+        elif self.signals == 2:
+            self.force.set()
+            self.progress.note("stopping now: handing the fetches in flight back to the frontier")
         else:
-            self.stream.write(line + "\n")
-        self.stream.flush()
-
-    def close(self) -> None:
-        if self.enabled and self.tty:
-            self.stream.write("\n")
+            os._exit(EXIT_STOPPED)
 
 
-def summarize(report: dict[str, Any]) -> str:
-    """The human summary printed at the end of a crawl."""
-    lines = [f"run {report['run_id']}: {report['admitted']} admitted URLs"]
-    lines.append("  by state:  " + ", ".join(f"{k} {v}" for k, v in report["by_state"].items()))
-    if report["fetched_by_status"]:
-        lines.append("  fetched by status:  " + ", ".join(f"{k} {v}" for k, v in report["fetched_by_status"].items()))
-    lines.append(f"  robots denials: {report['robots_denied']['count']}")
-    if report["failures_by_class"]:
-        lines.append("  failures: " + ", ".join(f"{k} {v}" for k, v in report["failures_by_class"].items()))
-    for b in report["suppressed_by_rule"][:10]:
-        lines.append(f"  suppressed by {b['rule']} ({b['pattern']}): {b['count']}, first {b['first_example']}")
-    unresolved = report["unresolved"]
-    lines.append(f"  unresolved: {unresolved['count']}")
-    for u in unresolved["items"][:10]:
-        lines.append(f"    {u['url']}  {u['state']} {u['reason']}")
-    return "\n".join(lines)
-
-
-async def _crawl(opts: CrawlOptions, address: str, stop: asyncio.Event, out: TextIO) -> dict[str, Any] | None:
-    """Seed the node, run the worker until the node drains (or stop is set), and fetch the report."""
+async def _crawl(opts: CrawlOptions, address: str, run: Run) -> tuple[dict[str, Any], Worker, WorkerMetrics]:
+    """Seed the node, run the worker until the crawl ends, and take the report."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, run.on_signal)
     channel = grpc.aio.insecure_channel(address, options=grpc_options())
     stub = pb_grpc.FrontierStub(channel)  # type: ignore[no-untyped-call]
-    await stub.Discover(pb.DiscoverRequest(links=[pb.Link(observed=s, seed=True) for s in opts.seeds]), timeout=30)
+    try:
+        if opts.resume:
+            released = await stub.ReleaseLeases(
+                pb.ReleaseLeasesRequest(every_worker=True, reason="worker_gone"), timeout=30
+            )
+            if released.released:
+                run.progress.note(f"resume: {released.released} fetch(es) a stopped run held handed back")
+        if opts.reconsider:
+            done = await stub.Reconsider(pb.ReconsiderRequest(reasons=opts.reconsider), timeout=300)
+            run.progress.note(
+                f"resume: {done.rescheduled} URL(s) refused by {', '.join(opts.reconsider)} scheduled again "
+                "under this run's wider settings"
+            )
+        if opts.seeds:
+            links = [pb.Link(observed=s, seed=True) for s in opts.seeds]
+            await stub.Discover(pb.DiscoverRequest(links=links), timeout=30)
+        worker, metrics = _worker(opts, address)
+        run.worker = worker
+        watcher = asyncio.create_task(_watch(stub, worker, run))
+        try:
+            await worker.run(run.stop, until_drained=True, grace_s=opts.grace_s, force=run.force)
+        finally:
+            run.stop.set()
+            await watcher
+            run.progress.close()
+            await worker.close()
+        if run.failed:
+            raise DependencyError(f"{run.failed}; see {opts.out / 'node.log'}, then --resume")
+        run.end("drained")
+        stream = stub.ReportStream(pb.ReportRequest(dispositions=True), timeout=300)  # any size, in 1 MiB pieces
+        report: dict[str, Any] = json.loads(b"".join([chunk.data async for chunk in stream]))
+    except grpc.aio.AioRpcError as e:
+        raise DependencyError(
+            f"the crawl's frontier node failed ({e.code().name}: {e.details()}); see {opts.out / 'node.log'}"
+        ) from None
+    finally:
+        await channel.close(None)
+    if run.reason == "drained" and any(b["rule"] == "pages_total" for b in report.get("suppressed_by_rule", [])):
+        run.reason = "budget"
+    return report, worker, metrics
+
+
+def _worker(opts: CrawlOptions, address: str) -> tuple[Worker, WorkerMetrics]:
     limits = FetchLimits(
         total_timeout_s=opts.total_timeout_s,
         max_bytes=opts.max_bytes,
@@ -208,9 +297,8 @@ async def _crawl(opts: CrawlOptions, address: str, stop: asyncio.Event, out: Tex
     )
     fetcher = Fetcher(NetworkPolicy(opts.allow_network), opts.user_agent, limits, max_connections=opts.fetchers)
     token = opts.user_agent.split("/")[0].split()[0] if opts.user_agent else "hostring"
-    metrics = None
+    metrics = WorkerMetrics()
     if opts.metrics_port is not None:
-        metrics = WorkerMetrics()
         serve_metrics(opts.metrics_port, metrics.registry, "127.0.0.1:0")
     worker = Worker(
         StaticRouter(address),
@@ -220,61 +308,178 @@ async def _crawl(opts: CrawlOptions, address: str, stop: asyncio.Event, out: Tex
         product_token=token,
         worker_id=f"crawl-{os.getpid()}",
         metrics=metrics,
+        channel_options=grpc_options(),
     )
-    progress = Progress(sys.stderr, opts.progress)
-    finished = asyncio.Event()
+    return worker, metrics
 
-    async def show() -> None:
-        while not finished.is_set():
-            with contextlib.suppress(grpc.aio.AioRpcError):
-                progress.update(await stub.Stats(pb.StatsRequest(), timeout=5), worker)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(finished.wait(), 0.5)
 
-    shower = asyncio.create_task(show())
-    try:
-        await worker.run(stop, until_drained=True)
-    finally:
-        finished.set()
-        await shower
-        progress.close()
-        await worker.close()
-    if stop.is_set():
-        await channel.close(None)
-        return None
-    stream = stub.ReportStream(pb.ReportRequest(dispositions=True), timeout=300)  # any size, in 1 MiB pieces
-    report: dict[str, Any] = json.loads(b"".join([chunk.data async for chunk in stream]))
-    await channel.close(None)
-    return report
+async def _watch(stub: pb_grpc.FrontierStub, worker: Worker, run: Run) -> None:
+    """Draw the live line twice a second, and end the run when the only work left waits too long (idle)."""
+    idle_polls = 0
+    threshold = max(run.opts.idle_exit_s, 2 * run.opts.delay)
+    while not run.stop.is_set():
+        if run.node is not None and run.node.poll() is not None:
+            run.failed = f"the crawl's frontier node stopped unexpectedly (exit code {run.node.returncode})"
+            run.end("error")
+            run.force.set()  # no node to finish anything with
+            return
+        with contextlib.suppress(grpc.aio.AioRpcError):
+            stats: pb.StatsResponse = await stub.Stats(pb.StatsRequest(), timeout=5)
+            run.progress.update(stats, worker.stats.fetched, sum(worker.stats.errors.values()))
+            left = sum(stats.urls_by_state.get(s, 0) for s in _UNFINISHED)
+            blocked = stats.in_flight == 0 and worker.stats.in_flight == 0 and left > 0
+            if run.opts.idle_exit_s > 0 and blocked and (stats.next_ready_s < 0 or stats.next_ready_s > threshold):
+                idle_polls += 1
+                if idle_polls >= 3:
+                    run.next_ready_s = stats.next_ready_s
+                    run.end("idle")
+            else:
+                idle_polls = 0
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(run.stop.wait(), 0.5)
+
+
+# ---------------------------------------------------------------------------------------------- the whole crawl
 
 
 def run_crawl(opts: CrawlOptions, out: TextIO = sys.stdout) -> int:
-    """Run the crawl to its end (0), or until Ctrl-C/SIGTERM (130, resumable with --resume)."""
-    opts.out.mkdir(parents=True, exist_ok=True)
-    store = opts.out / STORE_NAME
-    if store.exists() and not opts.resume:
-        raise CrawlError(f"{opts.out} already holds a crawl; pass --resume to continue it or choose another --out")
-    if opts.resume and not store.exists():
-        raise CrawlError(f"nothing to resume in {opts.out}")
-    with open(opts.out / "node.log", "a", encoding="utf-8") as log:
-        node, address = start_node_process(opts, log)
+    """Run the crawl to its end: 0 (ended, something fetched), 3 (nothing fetched) or 130 (stopped, resumable)."""
+    crawl_dir = CrawlDir(opts.out)
+    crawl_dir.check(opts.resume)
+    made = crawl_dir.create()
+    try:
+        held = crawl_dir.lock()
+    except UsageError:
+        if not opts.resume:
+            made.undo()
+        raise
+    try:
+        return _run(opts, crawl_dir, made, out)
+    finally:
+        held.close()
+
+
+def _run(opts: CrawlOptions, crawl_dir: CrawlDir, made: Made, out: TextIO) -> int:
+    try:
+        _write_settings(opts, crawl_dir)
+        if opts.resume:
+            finalize_open_files(crawl_dir.warc)
+        log = open(crawl_dir.node_log, "a", encoding="utf-8")  # noqa: SIM115 - closed below, after the node
         try:
-            loop = asyncio.new_event_loop()
-            stop = asyncio.Event()
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.add_signal_handler(sig, stop.set)
-            report = loop.run_until_complete(_crawl(opts, address, stop, out))
-            loop.close()
-        finally:
-            node.terminate()
-            try:
-                node.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                node.kill()
-    if report is None:
-        print(f"stopped; continue with: hostring crawl --resume --out {opts.out} ...", file=out)
-        return 130
-    (opts.out / "report.json").write_text(json.dumps(report, indent=2, sort_keys=True), encoding="utf-8")
-    print(summarize(report), file=out)
-    print(f"report: {opts.out / 'report.json'}   WARC: {opts.out / 'warc'}", file=out)
-    return 0
+            node, address = start_node_process(opts, log)
+        except BaseException:
+            log.close()
+            raise
+    except BaseException:
+        if not opts.resume:
+            made.undo()
+        raise
+    if opts.notice:
+        print(f"hostring: {opts.notice}", file=sys.stderr, flush=True)
+    progress = Progress(sys.stderr, opts.progress)
+    run = Run(opts, progress)
+    run.node = node
+    loop = asyncio.new_event_loop()
+    try:
+        report, worker, metrics = loop.run_until_complete(_crawl(opts, address, run))
+    finally:
+        loop.close()
+        stop_node(node)
+        log.close()
+    finish = Finish(
+        reason=run.reason,
+        elapsed_s=time.monotonic() - run.t0,
+        requests=metrics.requests,
+        bytes=worker.stats.bytes,
+        idle_exit_s=opts.idle_exit_s,
+        out=str(opts.out),
+    )
+    if run.reason == "idle":
+        finish.deferred = _deferred(report, run.next_ready_s)
+    code = EXIT_STOPPED if run.reason == "stopped" else EXIT_OK
+    if code == EXIT_OK and not report["by_state"].get("fetched"):
+        code = EXIT_NOTHING_FETCHED
+    report["finish"] = {**finish.to_dict(), "exit_code": code}
+    crawl_dir.report.write_text(json.dumps(report, indent=2, sort_keys=True), encoding="utf-8")
+    print(summarize(escape_tree(report), finish), file=out)  # what crawled servers chose, escaped
+    print(f"report: {crawl_dir.report}   WARC: {crawl_dir.warc}", file=out)
+    if run.reason == "stopped":
+        print(f"stopped; continue with: hostring crawl --resume --out {opts.out}", file=out)
+    return code
+
+
+def _deferred(report: dict[str, Any], next_ready_s: float) -> list[dict[str, Any]]:
+    """The unfinished URLs of an idle end, each with the earliest time it may go on."""
+    soonest = time.time() + next_ready_s if next_ready_s > 0 else 0.0
+    out = []
+    for u in report["unresolved"]["items"]:
+        if u["state"] in _UNFINISHED:
+            row = dict(u)
+            row["not_before"] = max(float(u.get("not_before") or 0.0), soonest)
+            out.append(row)
+    return out
+
+
+def _write_settings(opts: CrawlOptions, crawl_dir: CrawlDir) -> None:
+    """OUT/crawl.toml: the settings the crawl runs with, its seeds and the history of its runs."""
+    values = opts.settings or settings_of(opts)
+    seeds = list(dict.fromkeys([*_stored_seeds(crawl_dir), *opts.seeds]))
+    runs = opts.runs or [*_stored_runs(crawl_dir), run_record("resume" if opts.resume else "start", [])]
+    lines = [
+        "# The settings of this crawl, written when it started and updated by every --resume that changed one.",
+        "# `hostring crawl --resume --out DIR` runs with them; a flag, HOSTRING_* variable or --config file given",
+        "# on resume overrides them (and is recorded here). This file is a valid --config file as well.",
+        "",
+        *(f"{key} = {toml_value(value)}" for key, value in sorted(values.items()) if value is not None),
+        "",
+        "# The start URLs given so far (not sent again on resume: the crawl's store holds them).",
+        f"seeds = {toml_value(seeds)}",
+    ]
+    for entry in runs:
+        lines += ["", "[[runs]]", *(f"{k} = {toml_value(v)}" for k, v in entry.items())]
+    tmp = crawl_dir.settings.with_name(crawl_dir.settings.name + ".tmp")
+    try:
+        tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        os.replace(tmp, crawl_dir.settings)
+    except OSError as e:
+        raise UsageError(f"--out {opts.out}: cannot write {crawl_dir.settings.name} ({e.strerror})") from e
+
+
+def _stored(crawl_dir: CrawlDir) -> dict[str, Any]:
+    import tomllib
+
+    try:
+        with crawl_dir.settings.open("rb") as f:
+            return tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError):
+        return {}
+
+
+def _stored_seeds(crawl_dir: CrawlDir) -> list[str]:
+    return [str(s) for s in _stored(crawl_dir).get("seeds", [])]
+
+
+def _stored_runs(crawl_dir: CrawlDir) -> list[dict[str, Any]]:
+    return [dict(r) for r in _stored(crawl_dir).get("runs", []) if isinstance(r, dict)]
+
+
+def settings_of(opts: CrawlOptions) -> dict[str, Any]:
+    """The crawl's settings under their flag names, for CrawlOptions built without the command line (demo)."""
+    scope = str(opts.scope_file) if opts.scope_file is not None else opts.scope
+    return {
+        "scope": scope,
+        "allow-network": list(opts.allow_network),
+        "delay": opts.delay,
+        "concurrency": opts.concurrency,
+        "max-pages": opts.max_pages,
+        "max-depth": opts.max_depth,
+        "max-pages-per-host": opts.max_pages_per_host,
+        "user-agent": opts.user_agent or None,
+        "fetchers": opts.fetchers,
+        "lease-s": opts.lease_s,
+        "fetch-timeout": opts.total_timeout_s,
+        "max-response-bytes": opts.max_bytes,
+        "metrics-port": opts.metrics_port,
+        "idle-exit": opts.idle_exit_s,
+        "grace": opts.grace_s,
+    }

@@ -82,27 +82,35 @@ FORBIDDEN_EGRESS = [
 # The metrics every process exports (issue 5), with their labels. Histograms are also queried through their
 # _bucket/_sum/_count series. Target labels added by Prometheus are allowed everywhere.
 METRICS: dict[str, set[str]] = {
-    "hostring_links_discovered_total": {"verdict", "reason"},
-    "hostring_urls": {"state"},
-    "hostring_leases_total": {"event"},
-    "hostring_queue_depth": set(),
-    "hostring_hosts_with_work": set(),
-    "hostring_hosts_ready": set(),
-    "hostring_robots_fetches_total": {"status_class"},
-    "hostring_budget_breaches_total": {"rule"},
-    "hostring_store_latency_seconds": set(),
-    "hostring_ring_epoch": set(),
-    "hostring_owned_domains": set(),
-    "hostring_fetch_duration_seconds": set(),
-    "hostring_fetch_bytes": set(),
-    "hostring_fetch_outcomes_total": {"outcome"},
-    "hostring_fetches_in_flight": set(),
-    "hostring_refused_addresses_total": {"reason"},
-    "hostring_members": set(),
-    "hostring_handoffs_total": set(),
-    "hostring_domains_moved_total": set(),
+    "hostring_node_links_discovered_total": {"verdict", "reason"},
+    "hostring_node_urls": {"state"},
+    "hostring_node_leases_total": {"event"},
+    "hostring_node_queue_depth": set(),
+    "hostring_node_hosts_with_work": set(),
+    "hostring_node_hosts_ready": set(),
+    "hostring_node_robots_fetches_total": {"status_class"},
+    "hostring_node_budget_breaches_total": {"rule"},
+    "hostring_node_store_latency_seconds": set(),
+    "hostring_node_ring_epoch": set(),
+    "hostring_node_owned_domains": set(),
+    "hostring_node_handoffs_total": set(),
+    "hostring_node_domains_moved_total": {"direction"},
+    "hostring_worker_fetch_duration_seconds": set(),
+    "hostring_worker_fetch_bytes": set(),
+    "hostring_worker_fetch_outcomes_total": {"outcome"},
+    "hostring_worker_fetches_in_flight": set(),
+    "hostring_worker_refused_addresses_total": {"reason"},
+    "hostring_coordinator_members": {"healthy"},
+    "hostring_coordinator_ring_epoch": set(),
+    "hostring_coordinator_ring_changes_total": set(),
+    "hostring_coordinator_domains_moved_total": set(),
+    "hostring_build_info": {"role", "version", "python"},
 }
-HISTOGRAMS = {"hostring_store_latency_seconds", "hostring_fetch_duration_seconds", "hostring_fetch_bytes"}
+HISTOGRAMS = {
+    "hostring_node_store_latency_seconds",
+    "hostring_worker_fetch_duration_seconds",
+    "hostring_worker_fetch_bytes",
+}
 TARGET_LABELS = {"instance", "job", "pod", "namespace", "service", "container", "endpoint"}
 
 # The CLI contract the deployment files are written against. Flags not yet in `hostring` arrive with the
@@ -121,7 +129,16 @@ CLI_CONTRACT = {
         "--tls-key",
         "--tls-ca",
     },
-    "worker": {"--coordinator", "--user-agent", "--out", "--metrics-port", "--tls-cert", "--tls-key", "--tls-ca"},
+    "worker": {
+        "--coordinator",
+        "--user-agent",
+        "--out",
+        "--metrics-port",
+        "--metrics-listen",
+        "--tls-cert",
+        "--tls-key",
+        "--tls-ca",
+    },
 }
 
 SECRET_NAME = re.compile(r"TOKEN|PASSWORD|PASSWD|SECRET|CREDENTIAL|PRIVATE|API_?KEY", re.IGNORECASE)
@@ -1278,15 +1295,17 @@ def test_grafana_dashboard() -> None:
                     assert label in series[metric] | TARGET_LABELS, f"{panel['title']}: {metric} has no label {label}"
     # The main panels are there.
     for metric in (
-        "hostring_fetch_outcomes_total",
-        "hostring_links_discovered_total",
-        "hostring_queue_depth",
-        "hostring_hosts_ready",
-        "hostring_leases_total",
-        "hostring_fetch_duration_seconds_bucket",
-        "hostring_ring_epoch",
-        "hostring_owned_domains",
-        "hostring_store_latency_seconds_bucket",
+        "hostring_worker_fetch_outcomes_total",
+        "hostring_node_links_discovered_total",
+        "hostring_node_queue_depth",
+        "hostring_node_hosts_ready",
+        "hostring_node_leases_total",
+        "hostring_worker_fetch_duration_seconds_bucket",
+        "hostring_node_ring_epoch",
+        "hostring_node_owned_domains",
+        "hostring_node_store_latency_seconds_bucket",
+        "hostring_node_domains_moved_total",
+        "hostring_coordinator_ring_changes_total",
     ):
         assert metric in used_metrics, f"no panel shows {metric}"
 

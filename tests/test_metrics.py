@@ -106,8 +106,12 @@ def value(families: Scrape, sample: str, **labels: str) -> float:
 
 
 def check_conventions(families: Scrape, types: dict[str, str], where: str) -> None:
-    """hostring_ prefix, _total counters, low-cardinality labels that never name a host or URL."""
+    """hostring_ROLE_ prefix (one role per process) and build info, _total counters, low-cardinality labels that
+    never name a host or URL."""
     assert families, f"{where}: no metrics"
+    roles = {f.split("_")[1] for f in families if f != "hostring_build_info"}
+    assert len(roles) == 1 and roles <= {"node", "worker", "coordinator"}, f"{where}: names of roles {roles}"
+    assert "hostring_build_info" in families, f"{where}: no hostring_build_info"
     for family, samples in families.items():
         assert family.startswith("hostring_"), f"{where}: {family} lacks the hostring_ prefix"
         if types[family] == "counter":
@@ -173,15 +177,17 @@ def test_crawl_metrics_during_and_after(web: LocalWeb, tmp_path: Path, processes
     assert len(worker_series) >= 3 and len(node_series) >= 3, "too few scrapes during the crawl"
     check_growth(worker_series, types, "worker")
     check_growth(node_series, types, "node")
-    moved = [value(s, "hostring_leases_total", event="granted") for s in node_series]
+    moved = [value(s, "hostring_node_leases_total", event="granted") for s in node_series]
     assert moved[-1] > moved[0], f"the lease counter did not move during the crawl: {moved}"
     # The last scrape during the crawl saw at most what the crawl finally did.
     last_w, last_n = worker_series[-1], node_series[-1]
-    assert value(last_w, "hostring_fetch_outcomes_total", outcome="2xx") <= fetched_2xx(report) + len(web.origins)
-    assert value(last_n, "hostring_urls", state="fetched") <= report["by_state"]["fetched"] + robots_items(
+    assert value(last_w, "hostring_worker_fetch_outcomes_total", outcome="2xx") <= fetched_2xx(report) + len(
+        web.origins
+    )
+    assert value(last_n, "hostring_node_urls", state="fetched") <= report["by_state"]["fetched"] + robots_items(
         report, "fetched"
     )
-    assert value(last_n, "hostring_links_discovered_total", verdict="admitted") <= report["admitted"]
+    assert value(last_n, "hostring_node_links_discovered_total", verdict="admitted") <= report["admitted"]
 
     # After: a node reopened on the finished store holds exactly the report's states (robots items included).
     node, node_port = serve(
@@ -197,7 +203,7 @@ def test_crawl_metrics_during_and_after(web: LocalWeb, tmp_path: Path, processes
     after, after_types = scrape(metrics_port)
     check_conventions(after, after_types, "reopened node")
     for state, n in report["by_state"].items():
-        assert value(after, "hostring_urls", state=state) == n + robots_items(report, state), state
+        assert value(after, "hostring_node_urls", state=state) == n + robots_items(report, state), state
 
 
 # ============================================================================================== cluster
@@ -255,8 +261,8 @@ def test_cluster_metrics_agree_with_reports(
     wait_until(lambda: ring_members() == 2, 20, "both nodes in the ring")
     coord_scrape, coord_types = scrape(coord_metrics)
     check_conventions(coord_scrape, coord_types, "coordinator")
-    assert value(coord_scrape, "hostring_members", healthy="true") == 2
-    assert value(coord_scrape, "hostring_ring_epoch") >= 2
+    assert value(coord_scrape, "hostring_coordinator_members", healthy="true") == 2
+    assert value(coord_scrape, "hostring_coordinator_ring_epoch") >= 2
 
     worker_port = free_port_pair()
     worker = CrawlProcess(
@@ -311,20 +317,24 @@ def test_cluster_metrics_agree_with_reports(
 
     fetched_pages = sum(r["by_state"].get("fetched", 0) for r in reports)
     assert fetched_pages > 0
-    assert total("hostring_urls", state="fetched") == fetched_pages + sum(robots_items(r, "fetched") for r in reports)
-    assert total("hostring_leases_total", event="completed") >= fetched_pages
-    assert total("hostring_leases_total", event="granted") >= total("hostring_leases_total", event="completed")
-    assert total("hostring_links_discovered_total", verdict="admitted") == sum(r["admitted"] for r in reports)
-    page_2xx = sum(fetched_2xx(r) for r in reports)
-    assert value(w, "hostring_fetch_outcomes_total", outcome="2xx") == page_2xx + total(
-        "hostring_robots_fetches_total", status_class="2xx"
+    assert total("hostring_node_urls", state="fetched") == fetched_pages + sum(
+        robots_items(r, "fetched") for r in reports
     )
-    assert value(w, "hostring_fetch_duration_seconds_count") == value(w, "hostring_fetch_bytes_count")
-    assert value(w, "hostring_fetches_in_flight") == 0
-    assert total("hostring_owned_domains") == len(web.origins)  # IP-literal hosts: one domain per origin
-    epochs = {value(s, "hostring_ring_epoch") for s in node_scrapes}
+    assert total("hostring_node_leases_total", event="completed") >= fetched_pages
+    assert total("hostring_node_leases_total", event="granted") >= total(
+        "hostring_node_leases_total", event="completed"
+    )
+    assert total("hostring_node_links_discovered_total", verdict="admitted") == sum(r["admitted"] for r in reports)
+    page_2xx = sum(fetched_2xx(r) for r in reports)
+    assert value(w, "hostring_worker_fetch_outcomes_total", outcome="2xx") == page_2xx + total(
+        "hostring_node_robots_fetches_total", status_class="2xx"
+    )
+    assert value(w, "hostring_worker_fetch_duration_seconds_count") == value(w, "hostring_worker_fetch_bytes_count")
+    assert value(w, "hostring_worker_fetches_in_flight") == 0
+    assert total("hostring_node_owned_domains") == len(web.origins)  # IP-literal hosts: one domain per origin
+    epochs = {value(s, "hostring_node_ring_epoch") for s in node_scrapes}
     coord_scrape, _ = scrape(coord_metrics)
-    assert epochs == {value(coord_scrape, "hostring_ring_epoch")}
+    assert epochs == {value(coord_scrape, "hostring_coordinator_ring_epoch")}
 
 
 def _metrics_port(proc: CrawlProcess) -> int:
@@ -332,3 +342,127 @@ def _metrics_port(proc: CrawlProcess) -> int:
     pattern = re.compile(r"metrics on port (\d+)")
     wait_until(lambda: pattern.search(proc.stdout()) is not None, 10, f"{proc.name}'s metrics port")
     return int(pattern.search(proc.stdout()).group(1))  # type: ignore[union-attr]
+
+
+# ============================================================================================== one join, N domains
+
+DASHBOARD = Path(__file__).resolve().parent.parent / "deploy" / "grafana" / "hostring-dashboard.json"
+DEPLOY_README = DASHBOARD.parent.parent / "README.md"
+
+
+def increase(expr: str, before: list[Scrape], after: list[Scrape]) -> float:
+    """Evaluate `[sum(]increase(METRIC{label="v",...}[RANGE])[)]` over scrapes taken before and after a change,
+    as Prometheus would with the two samples inside the range: the sum of (after - before) of matching series."""
+    import promql_parser
+
+    node = promql_parser.parse(re.sub(r"\$__(rate_interval|interval|range)", "5m", expr))
+    if isinstance(node, promql_parser.AggregateExpr):
+        assert str(node.op) == "sum" and node.modifier is None, expr
+        node = node.expr
+    assert isinstance(node, promql_parser.Call) and node.func.name == "increase", expr
+    selector = node.args[0].vector_selector
+    labels = {m.name: m.value for m in selector.matchers.matchers}
+    sample = selector.name
+    return sum(value(a, sample, **labels) - value(b, sample, **labels) for b, a in zip(before, after, strict=True))
+
+
+def moves_expressions() -> list[str]:
+    """Every dashboard and deploy-README expression about ring changes or moved domains."""
+    panels = json.loads(DASHBOARD.read_text())["panels"]
+    exprs = [
+        t["expr"] for p in panels for t in p.get("targets", []) if re.search(r"domains_moved|ring_changes", t["expr"])
+    ]
+    exprs += re.findall(r"`((?:sum\()?increase\(hostring_\w+(?:\{[^}]*\})?\[5m\]\)\)?)`", DEPLOY_README.read_text())
+    return exprs
+
+
+def test_one_join_moves_n_domains_and_every_counter_says_n(
+    tmp_path: Path, empty_redis: str, processes: list[CrawlProcess]
+) -> None:
+    """Node a holds 24 domains; node b joins and takes over the N of them the new ring gives it. The coordinator
+    counts one ring change and N domains as it commits the change, node b N in, node a N out; every dashboard and
+    README expression over moved domains evaluates to N (one ring change for the ring-change panel)."""
+    coord, coord_port = serve(
+        [
+            "coordinator",
+            "--listen",
+            "127.0.0.1:0",
+            "--redis",
+            empty_redis,
+            "--heartbeat-timeout",
+            "5",
+            "--metrics-port",
+            "0",
+        ],
+        tmp_path,
+        "coordinator",
+    )
+    processes.append(coord)
+    coord_addr = f"127.0.0.1:{coord_port}"
+
+    def node(node_id: str) -> tuple[str, int]:
+        proc, port = serve(
+            ["node", "--coordinator", coord_addr, "--id", node_id, "--store", empty_redis, "--listen", "127.0.0.1:0",
+             "--metrics-port", "0"],
+            tmp_path,
+            node_id,
+        )  # fmt: skip
+        processes.append(proc)
+        return f"127.0.0.1:{port}", _metrics_port(proc)
+
+    def ring() -> cpb.RingState:
+        with grpc.insecure_channel(coord_addr) as ch:
+            return cpb_grpc.CoordinatorStub(ch).GetRing(cpb.GetRingRequest(), timeout=5)  # type: ignore[no-untyped-call,no-any-return]
+
+    a_addr, a_metrics = node("node-a")
+    wait_until(lambda: len(ring().members) == 1, 20, "node a in the ring")
+    domains = [f"d{i}.example" for i in range(24)]
+    seeded = CrawlProcess(
+        hostring_cmd("seed", "--coordinator", coord_addr, *[f"http://{d}/" for d in domains]), None, tmp_path, "seed"
+    ).start()
+    assert seeded.wait(60) == 0, seeded.output()
+
+    def owned(address: str) -> int:
+        with grpc.insecure_channel(address) as ch:
+            return int(pb_grpc.FrontierStub(ch).Stats(pb.StatsRequest(), timeout=5).owned_domains)  # type: ignore[no-untyped-call]
+
+    wait_until(lambda: owned(a_addr) == len(domains), 20, "node a holding every domain")
+    coord_metrics = _metrics_port(coord)
+    before = [scrape(coord_metrics)[0], scrape(a_metrics)[0]]
+
+    b_addr, b_metrics = node("node-b")
+    wait_until(lambda: len(ring().members) == 2, 20, "node b in the ring")
+    from hostring.membership import ring_from_proto
+
+    new_ring = ring_from_proto(ring())
+    n = sum(1 for d in domains if new_ring.owner(d).node_id == "node-b")  # type: ignore[union-attr]
+    assert 0 < n < len(domains)
+    wait_until(lambda: owned(b_addr) == n and owned(a_addr) == len(domains) - n, 20, "the handoff")
+    after = [scrape(coord_metrics)[0], scrape(a_metrics)[0], scrape(b_metrics)[0]]
+    # node b's counters start at 0 with the process: its "before" is an empty scrape.
+    before.append({})
+    c_before, a_before, b_before = before
+    c_after, a_after, b_after = after
+
+    moved = value(c_after, "hostring_coordinator_domains_moved_total") - value(
+        c_before, "hostring_coordinator_domains_moved_total"
+    )
+    changes = value(c_after, "hostring_coordinator_ring_changes_total") - value(
+        c_before, "hostring_coordinator_ring_changes_total"
+    )
+    moved_in = value(b_after, "hostring_node_domains_moved_total", direction="in")
+    moved_out = value(a_after, "hostring_node_domains_moved_total", direction="out") - value(
+        a_before, "hostring_node_domains_moved_total", direction="out"
+    )
+    assert (moved, moved_in, moved_out, changes) == (n, n, n, 1)
+    assert value(b_after, "hostring_node_domains_moved_total", direction="out") == 0
+    for s, role in ((c_after, "coordinator"), (a_after, "node"), (b_after, "node")):
+        assert value(s, "hostring_build_info", role=role) == 1
+        assert all(f.startswith((f"hostring_{role}_", "hostring_build_info")) for f in s), sorted(s)
+
+    exprs = moves_expressions()
+    assert len(exprs) >= 3, exprs
+    for expr in exprs:
+        want = 1 if "ring_changes" in expr else n
+        got = increase(expr, [c_before, a_before, b_before], [c_after, a_after, b_after])
+        assert got == want, f"{expr} says {got}, the join moved {n} domains in one ring change"

@@ -31,6 +31,7 @@ from hostring.v1 import frontier_pb2_grpc as pb_grpc
 from hostring_cli.cli import build_parser
 from hostring_testing import LocalWeb, sample_oracle, sample_web
 from hostring_testing.crawls import (
+    UA,
     CrawlProcess,
     crawl_cmd,
     hostring_cmd,
@@ -198,9 +199,11 @@ def test_status_and_hosts_through_the_coordinator(
     )
     processes.append(coord)
     coord_addr = f"127.0.0.1:{coord_port}"
-    for node_id in ("node-1", "node-2"):
-        proc, _ = serve(
-            ["node", "--coordinator", coord_addr, "--id", node_id, "--store", empty_redis, "--listen", "127.0.0.1:0"],
+    ports = {}
+    for node_id, host in (("node-1", "127.0.0.3"), ("node-2", "127.0.0.1")):
+        # No --advertise: a node registers at its --listen address (with the port it bound).
+        proc, ports[node_id] = serve(
+            ["node", "--coordinator", coord_addr, "--id", node_id, "--store", empty_redis, "--listen", f"{host}:0"],
             tmp_path,
             node_id,
         )
@@ -211,6 +214,8 @@ def test_status_and_hosts_through_the_coordinator(
             return cpb_grpc.CoordinatorStub(ch).GetRing(cpb.GetRingRequest(), timeout=5)  # type: ignore[no-untyped-call,no-any-return]
 
     wait_until(lambda: len(ring().members) == 2, 20, "both nodes in the ring")
+    addresses = {m.node_id: m.address for m in ring().members}
+    assert addresses == {"node-1": f"127.0.0.3:{ports['node-1']}", "node-2": f"127.0.0.1:{ports['node-2']}"}
     ok("seed", "--coordinator", coord_addr, *(f"http://{h}/" for h in HOSTS))
 
     text = ok("status", "--coordinator", coord_addr).splitlines()
@@ -233,6 +238,40 @@ def test_status_and_hosts_through_the_coordinator(
     shown = json.loads(ok("hosts", "show", "www.b.example", "--coordinator", coord_addr, "--json"))
     assert shown["domain"] == "b.example"
     assert shown["node"] == current.owner("b.example").address  # type: ignore[union-attr]
+
+
+# ============================================================================================== a standalone node
+
+
+def test_a_standalone_node_is_seeded_worked_and_reported_from_the_cli(
+    tmp_path: Path, processes: list[CrawlProcess]
+) -> None:
+    """`hostring node` alone, then `seed --node`, `worker --node --until-drained --out`, `report --node`: the
+    loopback web is crawled; a coordinator command pointed at the node says it is not a coordinator."""
+    with LocalWeb(sample_web()) as web:
+        scope = scope_file(web, tmp_path / "scope.txt")
+        node, port = serve(
+            ["node", "--store", f"sqlite:///{tmp_path / 'n.sqlite3'}", "--listen", "127.0.0.1:0", "--delay", "0.05",
+             "--scope", str(scope), "--max-pages-per-host", "60", "--max-depth", "12"],
+            tmp_path,
+            "node",
+        )  # fmt: skip
+        processes.append(node)
+        addr = f"127.0.0.1:{port}"
+        seeded = ok("seed", "--node", addr, *sample_oracle().seed_urls(web))
+        assert seeded.startswith(f"seeded node {addr}: admitted ")
+        wrong = run("seed", "--coordinator", addr, "http://a.example/")
+        assert wrong.returncode == 1 and f"give --node {addr}" in wrong.stderr, wrong.stderr
+        worker = run(
+            "worker", "--node", addr, "--until-drained", "--allow-network", "127.0.0.0/8", "--user-agent", UA,
+            "--out", str(tmp_path / "warc"), timeout=90,
+        )  # fmt: skip
+        assert worker.returncode == 0, worker.stderr
+        report = json.loads(ok("report", "--node", addr, "--json"))
+        assert report["by_state"]["fetched"] > 10 and report["unresolved"]["count"] == 0, report["by_state"]
+        assert list((tmp_path / "warc").glob("*.warc.gz"))
+        bare = run("worker", "--node", addr, "--until-drained")  # the crawl is drained: it ends at once
+        assert bare.returncode == 0 and "no --out: fetched pages are not kept" in bare.stderr, bare.stderr
 
 
 # ============================================================================================== report
@@ -265,9 +304,10 @@ def test_report_from_store_agrees_with_report_json(tmp_path: Path, processes: li
     live = load_report(out)
     offline: dict[str, Any] = json.loads(ok("report", "--store", store, "--dispositions"))
 
-    for key in set(live) - {"suppressed_by_rule", "discovered_by_verdict", "dispositions"}:
+    # The node stores its Discover verdicts and budget breaches as it goes: the offline report has them too.
+    for key in set(live) - {"dispositions", "finish"}:
         assert offline[key] == live[key], key
-    assert set(offline["not_in_store"]) == {"suppressed_by_rule", "discovered_by_verdict"}
+    assert offline["not_in_store"] == []
     rows = {r["key"]: r for r in offline["dispositions"]}
     assert len(rows) == len(live["dispositions"])
     for row in live["dispositions"]:
@@ -282,11 +322,11 @@ def test_report_from_store_agrees_with_report_json(tmp_path: Path, processes: li
     assert offline["journal"]["disagreeing_items"] == 0
 
     summary = ok("report", "--store", store)
-    assert summary.startswith(f"run {live['run_id']}: {live['admitted']} admitted URLs")
+    assert summary.startswith(f"run {live['run_id']}: {live['admitted']} admitted URLs = fetched ")
     assert "attempts:" in summary and "journal:" in summary
     print(f"read the store {live_reads} time(s) while the crawl ran")
     bad = run("report", "--store", f"sqlite:///{tmp_path / 'none.sqlite3'}")
-    assert bad.returncode != 0 and "no store" in bad.stderr
+    assert bad.returncode == 2 and "no store" in bad.stderr and len(bad.stderr.splitlines()) == 1
 
 
 # ============================================================================================== help

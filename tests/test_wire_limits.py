@@ -30,7 +30,7 @@ INPUTS = [*REQUESTS, pb.Link.DESCRIPTOR, pb.Outcome.DESCRIPTOR]
 FREE = {
     ("Link", "priority"), ("Link", "seed"), ("DiscoverRequest", "ring_epoch"), ("LeaseRequest", "ring_epoch"),
     ("Outcome", "simhash"), ("Outcome", "nofollow"), ("Outcome", "noindex"), ("ListHostsRequest", "only_with_work"),
-    ("PauseHostRequest", "paused"), ("ReportRequest", "dispositions"),
+    ("PauseHostRequest", "paused"), ("ReportRequest", "dispositions"), ("ReleaseLeasesRequest", "every_worker"),
 }  # fmt: skip
 _F = pb.Link.DESCRIPTOR.fields_by_name["observed"]
 SIZED = {_F.TYPE_STRING, _F.TYPE_BYTES}

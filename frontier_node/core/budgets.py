@@ -99,5 +99,13 @@ class Budgets:
         for domain in domains:
             self.per_domain.pop(domain, None)
 
+    def restore(self, report: list[dict[str, object]]) -> int:
+        """Take back the breaches of an earlier process (`report()`'s form); the links they counted."""
+        for b in report:
+            rule, pattern = str(b["rule"]), str(b["pattern"])
+            count = int(str(b["count"]))
+            self.breaches[(rule, pattern)] = Breach(rule, pattern, str(b["first_example"]), count)
+        return sum(b.count for b in self.breaches.values())
+
     def report(self) -> list[dict[str, object]]:
         return [b.to_dict() for b in sorted(self.breaches.values(), key=lambda b: (-b.count, b.rule, b.pattern))]

@@ -111,6 +111,11 @@ class FrontLayer:
             heapq.heappop(ready)
         return None
 
+    def next_host(self) -> tuple[float, Host] | None:
+        """The host of the earliest live heap entry and that entry's time, or None."""
+        at = self.next_at()
+        return None if at is None else (at, self._hosts[self._ready[0][2]])
+
     # ------------------------------------------------------------------ slots
 
     def address_busy(self, host: Host) -> bool:

@@ -20,6 +20,7 @@ from frontier_node.core.budgets import Budgets
 from frontier_node.core.config import FrontierConfig
 from frontier_node.core.dedup import BodyIndex, SeenSet, key_hash
 from frontier_node.core.front import FrontLayer
+from frontier_node.core.handback import HANDED_BACK, POLICY_REFUSALS, Handback
 from frontier_node.core.hosts import Host
 from frontier_node.core.journal import pack_admit
 from frontier_node.core.leases import LeaseBook
@@ -39,6 +40,10 @@ __all__ = ["Completion", "Frontier", "LeaseError"]
 # Plain-string values of the enums, looked up once: reading `.value` on every transition is measurably slow.
 _VALUE: dict[State | Event, str] = {**{s: s.value for s in State}, **{e: e.value for e in Event}}
 _CACHE_LIMIT = 1 << 15
+# Store meta names of the counters that only live in RAM otherwise: Discover verdicts (written with every Discover,
+# in the same commit as the items they admitted, so they add up after a crash) and budget breaches (at each tick).
+_VERDICTS_META = "counters.verdicts"
+_BREACHES_META = "counters.breaches"
 
 
 class LeaseError(LookupError):
@@ -51,7 +56,7 @@ class LeaseError(LookupError):
         self.reason = reason
 
 
-class Frontier(RobotsItems):
+class Frontier(RobotsItems, Handback):
     """Admission, scheduling, leases and completions of the domains one node owns."""
 
     def __init__(
@@ -88,6 +93,7 @@ class Frontier(RobotsItems):
         self._run_id = run_id
         self._now = clock.now()
         self._identities: dict[object, tuple[UrlIdentity, int]] = {}
+        self._breaches_saved = 0
         self._recover(rows=recover)
 
     # ================================================================== what it was given
@@ -153,6 +159,12 @@ class Frontier(RobotsItems):
             rule = budgets.check(ident.url, ident.host, domain, link.depth)
             if rule is None and (ident.host in abandoned or ident.origin in abandoned):
                 rule = abandoned.get(ident.origin) or abandoned[ident.host]
+                if rule in POLICY_REFUSALS:  # kept as a row, so that a run under a wider policy reconsiders it
+                    seen.add(h)
+                    self._reject(ident, link, rule)
+                    verdicts[("rejected", rule)] += 1
+                    append(LinkVerdict(Verdict.REJECTED, rule, key, domain))
+                    continue
             if rule is not None:
                 seen.add(h)
                 verdicts[("suppressed", rule)] += 1
@@ -163,6 +175,8 @@ class Frontier(RobotsItems):
             self._admit(self._new_item(ident, link))
             verdicts[("admitted", "")] += 1
             append(LinkVerdict(Verdict.ADMITTED, "", key, domain))
+        if out:
+            self._store.set_meta(_VERDICTS_META, json.dumps([[v, r, n] for (v, r), n in verdicts.items()]))
         return out
 
     def _identify(self, observed: str, base: str) -> tuple[UrlIdentity, int]:
@@ -323,6 +337,9 @@ class Frontier(RobotsItems):
         item = self._leases.leased(key)
         if item is None or item.generation != generation:
             return self._late(key, generation, outcome, "stale_generation" if item else "unknown_lease")
+        if outcome.error_class == HANDED_BACK:
+            self._hand_back(item, HANDED_BACK)
+            return Completion(True, item.state.value, False, HANDED_BACK)
         now = self._clock.now()
         self._leases.settle(key)
         self._events["completed"] += 1
@@ -477,6 +494,10 @@ class Frontier(RobotsItems):
             self._move(item, Event.RESCHEDULE)
             self._requeue(host, item)
             front.wake_now(host)
+        breached = sum(b.count for b in self._budgets.breaches.values()) if self._budgets.breaches else 0
+        if breached != self._breaches_saved:
+            self._breaches_saved = breached
+            self._store.set_meta(_BREACHES_META, json.dumps(self._budgets.report()))
 
     def _requeue(self, host: Host, item: Item) -> None:
         if item.kind is Kind.ROBOTS:
@@ -563,6 +584,12 @@ class Frontier(RobotsItems):
             loaded = json.loads(scope)
             self._scope_hosts.update(loaded["hosts"])
             self._scope_domains.update(loaded["domains"])
+        verdicts = store.get_meta(_VERDICTS_META)
+        if verdicts:
+            self._verdicts.update({(str(v), str(r)): int(n) for v, r, n in json.loads(verdicts)})
+        breaches = store.get_meta(_BREACHES_META)
+        if breaches:
+            self._breaches_saved = self._budgets.restore(json.loads(breaches))
         if rows:
             self.adopt(store.items(), store.robots_records())
         store.flush()
@@ -657,6 +684,7 @@ class Frontier(RobotsItems):
         breaches: Counter[str] = Counter()
         for breach in self._budgets.breaches.values():
             breaches[breach.rule] += breach.count
+        next_ready_s, waiting_for = self._outlook(now)
         return FrontierStats(
             run_id=self._run_id,
             urls_by_state=dict(self._counts),
@@ -673,7 +701,27 @@ class Frontier(RobotsItems):
             verdicts=dict(self._verdicts),
             events=dict(self._events),
             breaches=dict(breaches),
+            next_ready_s=next_ready_s,
+            waiting_for=waiting_for,
         )
+
+    def _outlook(self, now: float) -> tuple[float | None, str]:
+        """Seconds until the earliest queued or retrying work may be leased (0: some may go now; None: none
+        waits), and, when it is later, what that work waits for."""
+        candidates: list[tuple[float, int, str]] = []  # a retry wins a tie: it is the cause, the host waits on it
+        nxt = self._front.next_host()
+        if nxt is not None:
+            at, host = nxt
+            why = f"backed off x{host.backoff:.0f}" if host.backoff > 1.0 else "politeness delay"
+            candidates.append((at, 1, f"host {host.name} ({why})"))
+        retry = self._leases.next_retry()
+        if retry is not None:
+            what = f"robots.txt of {retry.origin}" if retry.kind is Kind.ROBOTS else f"retry of {retry.url}"
+            candidates.append((retry.due_at, 0, f"{what} ({retry.reason})"))
+        if not candidates:
+            return None, ""
+        at, _, text = min(candidates)
+        return (0.0, "") if at <= now else (at - now, text)
 
     def coverage_input(self, items: Iterable[Item] | None = None) -> CoverageInput:
         """What the coverage report needs from this node: the store's rows (or `items`, rows a shell reads from the

@@ -32,6 +32,10 @@ class LeaseBook:
     def leased(self, key: str) -> Item | None:
         return self._leased.get(key)
 
+    def current(self) -> list[Item]:
+        """Every item on lease now."""
+        return list(self._leased.values())
+
     def lend(self, item: Item) -> None:
         """`item` is out on lease until item.deadline."""
         self._leased[item.key] = item
@@ -76,6 +80,17 @@ class LeaseBook:
                 continue
             del waiting[key]
             return item
+        return None
+
+    def next_retry(self) -> Item | None:
+        """The waiting retry due first, or None (stale heap entries on top are dropped)."""
+        retries, waiting = self._retries, self._waiting
+        while retries:
+            _, key, generation = retries[0]
+            item = waiting.get(key)
+            if item is not None and item.generation == generation:
+                return item
+            heapq.heappop(retries)
         return None
 
     def take_waiting(self, host: str) -> list[Item]:

@@ -6,7 +6,8 @@ import enum
 
 
 class State(enum.StrEnum):
-    """Where an item stands. Terminal states end an identity's life in this run."""
+    """Where an item stands. Terminal states end an identity's life in this run (a later run may reconsider a
+    policy refusal)."""
 
     DISCOVERED = "discovered"
     ADMITTED = "admitted"
@@ -37,6 +38,12 @@ class Event(enum.StrEnum):
     # A robots.txt answered with a redirect: the same item goes back to the queue of the target's host, so the
     # next hop is paced by that host's politeness (RFC 9309 asks crawlers to follow up to five hops).
     REDIRECT = "redirect"
+    # A lease handed back unfinished (a worker stopping, or one that is gone): the item is scheduled again at
+    # once, with no retry delay and no backoff of its host, since nothing is known about the URL.
+    RELEASE = "release"
+    # A refusal by a policy the operator can widen (network policy, scope) is looked at again under the policy
+    # of a new run: the item is scheduled again (and refused again if the policy still says no).
+    RECONSIDER = "reconsider"
     # An observation, not a move: a stale Complete kept as late evidence. Legal in every state, changes none.
     LATE_EVIDENCE = "late_evidence"
 
@@ -52,9 +59,13 @@ TRANSITIONS: dict[tuple[State, Event], State] = {
     (State.LEASED, Event.FAIL): State.FAILED,
     (State.LEASED, Event.EXPIRE): State.SCHEDULED,
     (State.LEASED, Event.REDIRECT): State.SCHEDULED,
+    (State.LEASED, Event.RELEASE): State.SCHEDULED,
     (State.RETRYABLE, Event.RESCHEDULE): State.SCHEDULED,
     (State.RETRYABLE, Event.GIVE_UP): State.FAILED,
     (State.FETCHED, Event.REVISIT): State.SCHEDULED,
+    (State.FAILED, Event.RECONSIDER): State.SCHEDULED,
+    (State.SUPPRESSED, Event.RECONSIDER): State.SCHEDULED,
+    (State.REJECTED, Event.RECONSIDER): State.SCHEDULED,
 }
 
 TERMINAL: frozenset[State] = frozenset({State.REJECTED, State.FETCHED, State.FAILED, State.SUPPRESSED})

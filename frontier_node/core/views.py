@@ -49,8 +49,10 @@ class FrontierStats:
     seen_bytes: int  # RAM the seen-set takes
     owned_domains: int
     verdicts: Mapping[tuple[str, str], int]  # Discover answers by (verdict, reason)
-    events: Mapping[str, int]  # lease, completed, lease_expired, late_evidence, backoff, robots_2xx, ...
+    events: Mapping[str, int]  # lease, completed, lease_expired, released, late_evidence, backoff, robots_2xx, ...
     breaches: Mapping[str, int]  # links suppressed, by budget rule
+    next_ready_s: float | None = None  # until the earliest queued or retrying work may go (0: now; None: none waits)
+    waiting_for: str = ""  # what that work waits for, when it is later than now (a retry, a host's delay)
 
     @property
     def discovered_by_verdict(self) -> dict[str, int]:

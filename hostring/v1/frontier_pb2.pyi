@@ -244,7 +244,7 @@ class StatsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StatsResponse(_message.Message):
-    __slots__ = ("node_id", "ring_epoch", "urls_by_state", "hosts", "hosts_with_work", "hosts_ready", "in_flight", "queued", "seen", "discovered_by_verdict", "owned_domains", "run_id", "leases_granted", "leases_expired", "completes_stale", "fault")
+    __slots__ = ("node_id", "ring_epoch", "urls_by_state", "hosts", "hosts_with_work", "hosts_ready", "in_flight", "queued", "seen", "discovered_by_verdict", "owned_domains", "run_id", "leases_granted", "leases_expired", "completes_stale", "fault", "next_ready_s", "waiting_for")
     class UrlsByStateEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -275,6 +275,8 @@ class StatsResponse(_message.Message):
     LEASES_EXPIRED_FIELD_NUMBER: _ClassVar[int]
     COMPLETES_STALE_FIELD_NUMBER: _ClassVar[int]
     FAULT_FIELD_NUMBER: _ClassVar[int]
+    NEXT_READY_S_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FOR_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     ring_epoch: int
     urls_by_state: _containers.ScalarMap[str, int]
@@ -291,7 +293,9 @@ class StatsResponse(_message.Message):
     leases_expired: int
     completes_stale: int
     fault: str
-    def __init__(self, node_id: _Optional[str] = ..., ring_epoch: _Optional[int] = ..., urls_by_state: _Optional[_Mapping[str, int]] = ..., hosts: _Optional[int] = ..., hosts_with_work: _Optional[int] = ..., hosts_ready: _Optional[int] = ..., in_flight: _Optional[int] = ..., queued: _Optional[int] = ..., seen: _Optional[int] = ..., discovered_by_verdict: _Optional[_Mapping[str, int]] = ..., owned_domains: _Optional[int] = ..., run_id: _Optional[str] = ..., leases_granted: _Optional[int] = ..., leases_expired: _Optional[int] = ..., completes_stale: _Optional[int] = ..., fault: _Optional[str] = ...) -> None: ...
+    next_ready_s: float
+    waiting_for: str
+    def __init__(self, node_id: _Optional[str] = ..., ring_epoch: _Optional[int] = ..., urls_by_state: _Optional[_Mapping[str, int]] = ..., hosts: _Optional[int] = ..., hosts_with_work: _Optional[int] = ..., hosts_ready: _Optional[int] = ..., in_flight: _Optional[int] = ..., queued: _Optional[int] = ..., seen: _Optional[int] = ..., discovered_by_verdict: _Optional[_Mapping[str, int]] = ..., owned_domains: _Optional[int] = ..., run_id: _Optional[str] = ..., leases_granted: _Optional[int] = ..., leases_expired: _Optional[int] = ..., completes_stale: _Optional[int] = ..., fault: _Optional[str] = ..., next_ready_s: _Optional[float] = ..., waiting_for: _Optional[str] = ...) -> None: ...
 
 class GetHostRequest(_message.Message):
     __slots__ = ("host",)
@@ -432,3 +436,40 @@ class ReportChunk(_message.Message):
     DATA_FIELD_NUMBER: _ClassVar[int]
     data: bytes
     def __init__(self, data: _Optional[bytes] = ...) -> None: ...
+
+class ReleaseLeasesRequest(_message.Message):
+    __slots__ = ("worker_id", "every_worker", "reason")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    EVERY_WORKER_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    every_worker: bool
+    reason: str
+    def __init__(self, worker_id: _Optional[str] = ..., every_worker: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ReleaseLeasesResponse(_message.Message):
+    __slots__ = ("released",)
+    RELEASED_FIELD_NUMBER: _ClassVar[int]
+    released: int
+    def __init__(self, released: _Optional[int] = ...) -> None: ...
+
+class ReconsiderRequest(_message.Message):
+    __slots__ = ("reasons",)
+    REASONS_FIELD_NUMBER: _ClassVar[int]
+    reasons: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, reasons: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ReconsiderResponse(_message.Message):
+    __slots__ = ("rescheduled", "by_reason")
+    class ByReasonEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    RESCHEDULED_FIELD_NUMBER: _ClassVar[int]
+    BY_REASON_FIELD_NUMBER: _ClassVar[int]
+    rescheduled: int
+    by_reason: _containers.ScalarMap[str, int]
+    def __init__(self, rescheduled: _Optional[int] = ..., by_reason: _Optional[_Mapping[str, int]] = ...) -> None: ...

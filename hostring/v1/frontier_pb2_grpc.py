@@ -100,6 +100,16 @@ class FrontierStub:
                 request_serializer=hostring_dot_v1_dot_frontier__pb2.ReportRequest.SerializeToString,
                 response_deserializer=hostring_dot_v1_dot_frontier__pb2.ReportChunk.FromString,
                 _registered_method=True)
+        self.ReleaseLeases = channel.unary_unary(
+                '/hostring.v1.Frontier/ReleaseLeases',
+                request_serializer=hostring_dot_v1_dot_frontier__pb2.ReleaseLeasesRequest.SerializeToString,
+                response_deserializer=hostring_dot_v1_dot_frontier__pb2.ReleaseLeasesResponse.FromString,
+                _registered_method=True)
+        self.Reconsider = channel.unary_unary(
+                '/hostring.v1.Frontier/Reconsider',
+                request_serializer=hostring_dot_v1_dot_frontier__pb2.ReconsiderRequest.SerializeToString,
+                response_deserializer=hostring_dot_v1_dot_frontier__pb2.ReconsiderResponse.FromString,
+                _registered_method=True)
 
 
 class FrontierServicer:
@@ -193,6 +203,21 @@ class FrontierServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReleaseLeases(self, request, context):
+        """Hand leases back now: each item is scheduled again at once (no retry delay, no backoff of its host) and
+        journaled as `release`. For a worker that is gone, e.g. the worker of a crawl killed before it resumes.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Reconsider(self, request, context):
+        """Schedule again the items a policy refused (network_policy, out_of_scope), for a run under a wider policy.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_FrontierServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -260,6 +285,16 @@ def add_FrontierServicer_to_server(servicer, server):
                     servicer.ReportStream,
                     request_deserializer=hostring_dot_v1_dot_frontier__pb2.ReportRequest.FromString,
                     response_serializer=hostring_dot_v1_dot_frontier__pb2.ReportChunk.SerializeToString,
+            ),
+            'ReleaseLeases': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReleaseLeases,
+                    request_deserializer=hostring_dot_v1_dot_frontier__pb2.ReleaseLeasesRequest.FromString,
+                    response_serializer=hostring_dot_v1_dot_frontier__pb2.ReleaseLeasesResponse.SerializeToString,
+            ),
+            'Reconsider': grpc.unary_unary_rpc_method_handler(
+                    servicer.Reconsider,
+                    request_deserializer=hostring_dot_v1_dot_frontier__pb2.ReconsiderRequest.FromString,
+                    response_serializer=hostring_dot_v1_dot_frontier__pb2.ReconsiderResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -614,6 +649,60 @@ class Frontier:
             '/hostring.v1.Frontier/ReportStream',
             hostring_dot_v1_dot_frontier__pb2.ReportRequest.SerializeToString,
             hostring_dot_v1_dot_frontier__pb2.ReportChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReleaseLeases(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hostring.v1.Frontier/ReleaseLeases',
+            hostring_dot_v1_dot_frontier__pb2.ReleaseLeasesRequest.SerializeToString,
+            hostring_dot_v1_dot_frontier__pb2.ReleaseLeasesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Reconsider(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hostring.v1.Frontier/Reconsider',
+            hostring_dot_v1_dot_frontier__pb2.ReconsiderRequest.SerializeToString,
+            hostring_dot_v1_dot_frontier__pb2.ReconsiderResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,165 @@
+"""Work handed back and refusals looked at again: what lets a stopped or crashed crawl resume without loss.
+
+- A lease handed back (`release`): a worker stopping hands back the fetches it will not finish, and a resumed
+  crawl hands back the leases of its dead predecessor, instead of letting them sit until their deadline. The item
+  is scheduled again at once, its host rests one delay (a request may have reached it) but is not backed off.
+- A policy refusal looked at again (`reconsider`): items that the network policy or the scope refused are not
+  the URL's fault, so a run under a wider policy schedules them again; a scope refusal only if the scope of
+  this run now admits the link.
+
+`Handback` is mixed into `Frontier`, which owns the state; these are the transitions `release` and
+`reconsider` of the table in `states.py`, journaled like every move.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Collection
+
+from frontier_node.core.budgets import Budgets
+from frontier_node.core.config import FrontierConfig
+from frontier_node.core.front import FrontLayer
+from frontier_node.core.hosts import Host
+from frontier_node.core.journal import pack_admit
+from frontier_node.core.leases import LeaseBook
+from frontier_node.core.ports import Store
+from frontier_node.core.records import Item, Kind
+from frontier_node.core.states import Event, State
+from hostring.clock import Clock
+from hostring.urls import robots_url
+
+# The outcome a worker reports for a fetch it will not finish because it is stopping: a hand-back, not a failure.
+HANDED_BACK = "worker_shutdown"
+# Reason classes (the part before the first ':') of refusals an operator can lift by widening a policy.
+POLICY_REFUSALS = frozenset({"network_policy", "out_of_scope"})
+_REFUSED_STATES = (State.FAILED, State.SUPPRESSED, State.REJECTED)
+
+
+class Handback:
+    """Releasing leases and reconsidering policy refusals; part of the Frontier."""
+
+    # What the Frontier provides.
+    _config: FrontierConfig
+    _front: FrontLayer
+    _leases: LeaseBook
+    _store: Store
+    _budgets: Budgets
+    _abandoned: dict[str, str]
+    _domains: set[str]
+    _events: Counter[str]
+    _clock: Clock
+    _now: float
+
+    def owns(self, domain: str) -> bool:
+        raise NotImplementedError
+
+    def _move(self, item: Item, event: Event, reason: str = "", evidence: str = "", data: str = "") -> None:
+        raise NotImplementedError
+
+    def _refusal(self, host: str, domain: str, redirect_hops: int) -> str:
+        raise NotImplementedError
+
+    def _admit_robots(self, host: Host, origin: str) -> None:
+        raise NotImplementedError
+
+    def _requeue(self, host: Host, item: Item) -> None:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ leases handed back
+
+    def release_leases(self, worker_id: str = "", *, every_worker: bool = False, reason: str = "released") -> int:
+        """Hand back every current lease of `worker_id` (or every lease, with every_worker); how many.
+
+        A lease's holder is the worker named when it was granted (the reason of its `lease` journal line).
+        """
+        if not worker_id and not every_worker:
+            raise ValueError("name a worker_id, or release every worker's leases")
+        chosen = [it for it in self._leases.current() if every_worker or it.reason == worker_id]
+        for item in chosen:
+            self._hand_back(item, reason)
+        return len(chosen)
+
+    def _hand_back(self, item: Item, reason: str) -> None:
+        """One leased item back to scheduled now: its slot freed, its host resting one delay, not backed off."""
+        now = self._now = self._clock.now()
+        self._leases.settle(item.key)
+        front = self._front
+        host = front.host(item.host, item.domain)
+        front.free_slot(host)
+        host.next_eligible = max(host.next_eligible, now + host.delay(self._config.politeness))
+        self._move(item, Event.RELEASE, reason)
+        self._events["released"] += 1
+        self._requeue(host, item)
+        front.wake_now(host)
+        if item.kind is Kind.ROBOTS and item.source and item.source != item.host:
+            front.wake_now(front.host(item.source, item.domain))
+
+    # ------------------------------------------------------------------ refusals reconsidered
+
+    def reconsider(self, reasons: Collection[str] = POLICY_REFUSALS) -> Counter[str]:
+        """Schedule again the terminal items a policy named in `reasons` refused; the count by reason class.
+
+        `reasons` are reason classes from POLICY_REFUSALS. A network-policy refusal is scheduled again as it is
+        (the fetcher applies the policy, and refuses it again if it still says no); a scope refusal only if this
+        run's scope admits the link now. Items of domains this node does not own are left alone.
+        """
+        unknown = set(reasons) - POLICY_REFUSALS
+        if unknown:
+            raise ValueError(f"not policy refusals: {sorted(unknown)} (known: {sorted(POLICY_REFUSALS)})")
+        self._now = self._clock.now()
+        done: Counter[str] = Counter()
+        rows = [it for it in self._store.items(_REFUSED_STATES) if _reason_class(it.reason) in reasons]
+        robots = [it for it in rows if it.kind is Kind.ROBOTS]
+        for item in robots:  # robots files first: the origin stops being abandoned before its pages come back
+            if self.owns(item.domain):
+                self._reconsider_robots(self._live(item), done)
+        for item in rows:
+            if item.kind is Kind.PAGE and self.owns(item.domain):
+                self._reconsider_page(item, done)
+        return done
+
+    def _live(self, row: Item) -> Item:
+        """The core's own object for a robots item the store returned a row of (the home host may hold it)."""
+        home = self._front.get(row.source or row.host)
+        held = home.robots_items.get(row.origin) if home is not None else None
+        return held if held is not None and held.key == row.key else row
+
+    def _reconsider_robots(self, item: Item, done: Counter[str]) -> None:
+        why = _reason_class(item.reason)
+        home_name = item.source or item.host
+        home = self._front.host(home_name, item.domain)
+        if item.host != home_name:
+            hop = self._front.get(item.host)
+            if hop is not None and hop.robots_items.get(item.origin) is item:
+                del hop.robots_items[item.origin]
+        item.url, item.host, item.redirect_hops, item.source = robots_url(item.origin), home_name, 0, ""
+        self._move(item, Event.RECONSIDER, f"reconsidered:{why}", data=pack_admit(item))
+        home.robots_items[item.origin] = item
+        home.robots.pop(item.origin, None)  # the refusal's "disallow all" record would hold its pages back
+        if self._abandoned.get(item.origin, "").split(":")[0] == why:
+            del self._abandoned[item.origin]
+        self._domains.add(item.domain)
+        self._front.wake(home, self._now)
+        done[why] += 1
+
+    def _reconsider_page(self, item: Item, done: Counter[str]) -> None:
+        why = _reason_class(item.reason)
+        if why == "out_of_scope":
+            if self._refusal(item.host, item.domain, item.redirect_hops):
+                return
+            if self._budgets.check(item.url, item.host, item.domain, item.depth) is not None:
+                return
+            self._budgets.charge(item.url, item.host, item.domain)
+        self._move(item, Event.RECONSIDER, f"reconsidered:{why}")
+        host = self._front.host(item.host, item.domain)
+        host.domain = item.domain
+        self._domains.add(item.domain)
+        if item.origin not in host.robots and item.origin not in host.robots_items:
+            self._admit_robots(host, item.origin)
+        host.push(item, self._config.window)
+        self._front.wake(host, self._now)
+        done[why] += 1
+
+
+def _reason_class(reason: str) -> str:
+    return reason.split(":")[0].split(" ")[0]

@@ -1,0 +1,225 @@
+"""The argument parser of `hostring`: one-line usage errors, defaults in every --help, checked values, and a
+record of every option so that the same settings can come from HOSTRING_* variables and TOML files.
+
+Every option added to a `Parser` (directly, or through its argument groups) is kept in `Parser.options`, which
+`hostring_cli.settings` reads. Value checks are argparse `type=` functions, so a bad value given as a flag, an
+environment variable or a settings-file entry is refused by the same words, before anything is started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import math
+import re
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_NOTHING_FETCHED = 3
+EXIT_STOPPED = 130
+EXIT_CODES = (
+    "Exit codes: 0 the work ended (a crawl drained, hit its budget or duration, or only deferred work was left); "
+    "1 an error (a dependency unreachable, a process that died); 2 a usage error (a bad flag, value, file or "
+    "setting: nothing was started); 3 nothing fetchable (the crawl ended without fetching a single page); 130 "
+    "stopped by Ctrl-C or SIGTERM (a crawl resumes with --resume)."
+)
+
+
+class UsageError(Exception):
+    """A mistake in what the user asked for: exit 2 with one line naming the thing and the fix."""
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option of a parser, as added: the argparse action and the `action=` keyword it was added with."""
+
+    action: argparse.Action
+    kind: str  # "store", "store_true", "append", "version", "help", ...
+
+    @property
+    def dest(self) -> str:
+        return self.action.dest
+
+    @property
+    def flag(self) -> str:
+        """The long spelling (--max-depth), or the dest for a positional."""
+        longs = [s for s in self.action.option_strings if s.startswith("--")]
+        return longs[0] if longs else self.action.dest
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one line (exit 2), whose help shows every default, and which
+    records its options (`options`) and its subcommands (`commands`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.options: list[Option] = []
+        self.commands: dict[str, Parser] = {}
+        super().__init__(*args, **kwargs)
+
+    # ------------------------------------------------------------------ recording
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
+        return self._record(super().add_argument, args, kwargs)
+
+    def add_argument_group(self, *args: Any, **kwargs: Any) -> argparse._ArgumentGroup:
+        group = super().add_argument_group(*args, **kwargs)
+        self._wrap(group)
+        return group
+
+    def add_mutually_exclusive_group(self, **kwargs: Any) -> argparse._MutuallyExclusiveGroup:
+        group = super().add_mutually_exclusive_group(**kwargs)
+        self._wrap(group)
+        return group
+
+    def add_subparsers(self, **kwargs: Any) -> argparse._SubParsersAction[Parser]:  # type: ignore[override]
+        kwargs.setdefault("parser_class", Parser)
+        sub: argparse._SubParsersAction[Parser] = super().add_subparsers(**kwargs)
+        add_parser = sub.add_parser
+
+        def add(name: str, **kw: Any) -> Parser:
+            parser = add_parser(name, **kw)
+            parser.set_defaults(leaf_parser=parser)  # the deepest command's parser, for settings()
+            self.commands[name] = parser
+            return parser
+
+        sub.add_parser = add  # type: ignore[method-assign]
+        return sub
+
+    def _wrap(self, group: argparse._ActionsContainer) -> None:
+        add = group.add_argument
+
+        def add_argument(*args: Any, **kwargs: Any) -> argparse.Action:
+            return self._record(add, args, kwargs)
+
+        group.add_argument = add_argument  # type: ignore[method-assign]
+
+    def _record(
+        self, add: Callable[..., argparse.Action], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> argparse.Action:
+        text = kwargs.get("help")
+        if isinstance(text, str) and "%(default)" not in text and _shows_default(kwargs.get("default")):
+            kwargs["help"] = f"{text} (default: %(default)s)"
+        action = add(*args, **kwargs)
+        kind = kwargs.get("action", "store")
+        self.options.append(Option(action, kind if isinstance(kind, str) else "custom"))
+        return action
+
+    def all_options(self) -> list[Option]:
+        """This parser's options and, for the commands under it, theirs too (help checks)."""
+        out = list(self.options)
+        for sub in self.commands.values():
+            out += sub.all_options()
+        return out
+
+    # ------------------------------------------------------------------ errors
+
+    def error(self, message: str) -> NoReturn:
+        """One line, naming the command and where to look, and exit 2 (argparse prints the whole usage)."""
+        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def _shows_default(default: object) -> bool:
+    return default not in (None, False, "", [], argparse.SUPPRESS)
+
+
+# ---------------------------------------------------------------------------------------------- value checks
+
+
+def _number(text: str, kind: Callable[[str], float], name: str) -> float:
+    try:
+        value = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not {name}: {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"not a finite number: {text!r}")
+    return value
+
+
+def int_at_least(low: int) -> Callable[[str], int]:
+    """An integer >= low."""
+
+    def check(text: str) -> int:
+        value = int(_number(text, int, "an integer"))
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, not {text}")
+        return value
+
+    check.__name__ = f"integer >= {low}"
+    return check
+
+
+def float_at_least(low: float, *, strict: bool = False) -> Callable[[str], float]:
+    """A number >= low (> low with strict)."""
+
+    def check(text: str) -> float:
+        value = _number(text, float, "a number")
+        if value < low or (strict and value == low):
+            raise argparse.ArgumentTypeError(f"must be a number {'>' if strict else '>='} {low:g}, not {text}")
+        return value
+
+    check.__name__ = f"number {'>' if strict else '>='} {low:g}"
+    return check
+
+
+positive_int = int_at_least(1)
+non_negative_int = int_at_least(0)
+non_negative_float = float_at_least(0.0)
+positive_float = float_at_least(0.0, strict=True)
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h|d)?\s*$", re.I)
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def duration(text: str) -> float:
+    """Seconds from '90', '90s', '1.5m', '2h', '1d' or '500ms'."""
+    m = _DURATION.match(str(text))
+    if m is None:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 90, 90s, 1.5m, 2h)")
+    return float(m.group(1)) * _UNIT_S[(m.group(2) or "s").lower()]
+
+
+def cidr(text: str) -> str:
+    """An address or network (127.0.0.0/8, 10.1.2.3, ::1/128), as given."""
+    try:
+        ipaddress.ip_network(text, strict=False)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"not an address or network (CIDR): {text!r}: {e}") from None
+    return text
+
+
+def port(text: str) -> int:
+    """A TCP port, 0 (pick a free one) to 65535."""
+    value = int_at_least(0)(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"not a port (0-65535): {text}")
+    return value
+
+
+def host_port(text: str) -> str:
+    """HOST:PORT (the port may be 0: pick a free one)."""
+    host, sep, p = text.rpartition(":")
+    if not sep or not host:
+        raise argparse.ArgumentTypeError(f"not HOST:PORT: {text!r}")
+    port(p)
+    return text
+
+
+def is_wildcard(address: str) -> bool:
+    """Whether HOST:PORT listens on every interface (0.0.0.0, ::, or no host)."""
+    host = address.rpartition(":")[0].strip("[]")
+    return host in ("", "0.0.0.0", "::", "*")
+
+
+def die(message: str, code: int = EXIT_USAGE) -> NoReturn:
+    """Print `hostring: message` on stderr and exit (for checks outside the parser)."""
+    print(f"hostring: {message}", file=sys.stderr)
+    raise SystemExit(code)
+
+
+def words(items: Sequence[str]) -> str:
+    return ", ".join(items)

@@ -1,0 +1,264 @@
+"""Every bad input an operator can give `hostring`, as a table: the exit code, one line on stderr that names the
+thing and the fix, no traceback, and no crawl directory left behind.
+
+Each row is a real `hostring` process (they run a few at a time). Dependencies that are down are addresses
+nothing listens on (127.0.0.1:1); nothing here leaves loopback.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from frontier_node.core.frontier import Frontier
+from frontier_node.core.records import Link
+from frontier_node.store.sqlite import SqliteStore
+from hostring.clock import WallClock
+from hostring_testing.proc import REPO
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+
+DOWN = "127.0.0.1:1"  # nothing listens there
+SEED = "http://a.example/"
+
+
+@dataclass
+class Case:
+    """One bad command line: what must come back."""
+
+    args: list[str]
+    code: int
+    says: tuple[str, ...]  # words the one stderr line must contain (the thing and the fix)
+    env: dict[str, str] = field(default_factory=dict)
+    out: bool = True  # a crawl case: OUT must not exist afterwards
+
+
+def cases(tmp: Path) -> dict[str, Case]:
+    a_file = tmp / "a-file"
+    a_file.write_text("not a directory\n")
+    bad_toml = tmp / "bad.toml"
+    bad_toml.write_text("fetchers = 4\ndelay = = 1\n")
+    typo_toml = tmp / "typo.toml"
+    typo_toml.write_text("delya = 2\n")
+    typed_toml = tmp / "typed.toml"
+    typed_toml.write_text("[crawl]\nfetchers = 0\n")
+    empty = tmp / "empty-dir"
+    empty.mkdir()
+    held = tmp / "held"
+    held.mkdir()
+    (held / "frontier.sqlite3").write_bytes(b"")
+
+    def crawl(*args: str, out: str = "OUT") -> list[str]:
+        return ["crawl", SEED, "--out", out, *args]
+
+    return {
+        "fetchers 0": Case(crawl("--fetchers", "0"), 2, ("--fetchers", ">= 1")),
+        "max-depth -1": Case(crawl("--max-depth", "-1"), 2, ("--max-depth", ">= 0")),
+        "max-pages 0": Case(crawl("--max-pages", "0"), 2, ("--max-pages",)),
+        "delay -1": Case(crawl("--delay", "-1"), 2, ("--delay",)),
+        "delay nan": Case(crawl("--delay", "nan"), 2, ("--delay", "finite")),
+        "bad CIDR": Case(crawl("--allow-network", "10.0.0.0/33"), 2, ("--allow-network", "CIDR")),
+        "bad duration": Case(crawl("--idle-exit", "soon"), 2, ("--idle-exit", "duration")),
+        "port too big": Case(crawl("--metrics-port", "70000"), 2, ("--metrics-port",)),
+        "no port for the node": Case(crawl("--metrics-port", "65535"), 2, ("--metrics-port", "65534")),
+        "bad user agent": Case(crawl("--user-agent", "bot9/1.0"), 2, ("--user-agent", "product token")),
+        "bad log level": Case(crawl("--log-level", "LOUD"), 2, ("--log-level",)),
+        "seed not a URL": Case(["crawl", "notaurl", "--out", "OUT"], 2, ("not a crawlable URL", "http://")),
+        "no seed": Case(["crawl", "--out", "OUT"], 2, ("SEED", "--resume")),
+        "missing seeds file": Case(crawl("--seeds-file", str(tmp / "none.txt")), 2, ("--seeds-file", "none.txt")),
+        "missing scope file": Case(crawl("--scope", str(tmp / "none.txt")), 2, ("--scope", "all, host, domain")),
+        "scope list without file": Case(crawl("--scope", "list"), 2, ("--scope-file",)),
+        "out is a file": Case(crawl(out=str(a_file)), 2, ("--out", "is a file"), out=False),
+        "out under a file": Case(crawl(out=str(a_file / "sub")), 2, ("--out", "is a file"), out=False),
+        "out under /proc": Case(crawl(out="/proc/hostring-test/out"), 2, ("--out", "cannot create"), out=False),
+        "resume nothing": Case(["crawl", "--resume", "--out", str(empty)], 2, ("nothing to resume",), out=False),
+        "occupied out": Case(crawl(out=str(held)), 2, ("already holds a crawl", "--resume"), out=False),
+        "missing config": Case(crawl("--config", str(tmp / "none.toml")), 2, ("--config", "no such file")),
+        "config not TOML": Case(crawl("--config", str(bad_toml)), 2, ("not valid TOML", "line 2")),
+        "config typo": Case(crawl("--config", str(typo_toml)), 2, ("unknown setting 'delya'",)),
+        "config bad value": Case(crawl("--config", str(typed_toml)), 2, ("fetchers", ">= 1")),
+        "env bad value": Case(crawl(), 2, ("HOSTRING_FETCHERS", ">= 1"), env={"HOSTRING_FETCHERS": "0"}),
+        "env not a number": Case(crawl(), 2, ("HOSTRING_DELAY", "not a number"), env={"HOSTRING_DELAY": "abc"}),
+        "node redis without coordinator": Case(
+            ["node", "--store", "redis://127.0.0.1:1/0"], 2, ("redis://", "--coordinator"), out=False
+        ),
+        "node unknown store": Case(["node", "--store", "ftp://x/y"], 2, ("--store", "sqlite:///PATH"), out=False),
+        "node wildcard without advertise": Case(
+            ["node", "--coordinator", DOWN, "--store", "redis://127.0.0.1:1/0", "--listen", "0.0.0.0:0"],
+            2,
+            ("--listen 0.0.0.0:0", "--advertise"),
+            out=False,
+        ),
+        "node weight 0": Case(["node", "--weight", "0"], 2, ("--weight",), out=False),
+        "node redis down": Case(
+            ["node", "--coordinator", DOWN, "--store", "redis://127.0.0.1:1/0", "--listen", "127.0.0.1:0"],
+            1,
+            ("Redis at redis://127.0.0.1:1/0", "--store"),
+            out=False,
+        ),
+        "coordinator redis down": Case(
+            ["coordinator", "--redis", "redis://127.0.0.1:1/0", "--listen", "127.0.0.1:0"],
+            1,
+            ("Redis at redis://127.0.0.1:1/0", "--redis"),
+            out=False,
+        ),
+        "worker without a source": Case(["worker"], 2, ("--coordinator", "--node"), out=False),
+        "worker coordinator down": Case(
+            ["worker", "--coordinator", DOWN, "--connect-timeout", "1"], 1, ("coordinator at 127.0.0.1:1",), out=False
+        ),
+        "seed without URLs": Case(["seed", "--node", DOWN], 2, ("URLs", "--seeds-file"), out=False),
+        "seed node down": Case(
+            ["seed", "--node", DOWN, SEED, "--timeout", "1"], 1, ("frontier node at 127.0.0.1:1", "--node"), out=False
+        ),
+        "seed bad URL": Case(["seed", "--node", DOWN, "ftp://x/"], 2, ("not a crawlable URL",), out=False),
+        "report no store": Case(
+            ["report", "--store", f"sqlite:///{tmp / 'none.sqlite3'}"], 2, ("--store", "no store"), out=False
+        ),
+        "report node down": Case(
+            ["report", "--node", DOWN, "--timeout", "1"], 1, ("frontier node at 127.0.0.1:1",), out=False
+        ),
+        "status coordinator down": Case(
+            ["status", "--coordinator", DOWN, "--timeout", "1"], 1, ("coordinator at 127.0.0.1:1",), out=False
+        ),
+        "hosts policy without a change": Case(
+            ["hosts", "policy", "a.example", "--node", DOWN], 2, ("--delay", "--concurrency"), out=False
+        ),
+        "hosts bad limit": Case(["hosts", "list", "--node", DOWN, "--limit", "0"], 2, ("--limit",), out=False),
+        "demo bad delay": Case(["demo", "--delay", "-1"], 2, ("--delay",), out=False),
+        "unknown command": Case(["crawlx"], 2, ("invalid choice",), out=False),
+        "unknown flag": Case(["crawl", SEED, "--delya", "1"], 2, ("unrecognized arguments: --delya",), out=False),
+    }
+
+
+@dataclass
+class Ran:
+    case: Case
+    out: Path
+    code: int
+    stderr: str
+    stdout: str
+
+
+def run_case(case: Case, out: Path) -> Ran:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HOSTRING_")}
+    env.update(case.env)
+    args = [a if a != "OUT" else str(out) for a in case.args]
+    done = subprocess.run(
+        [sys.executable, "-m", "hostring_cli", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+    )
+    return Ran(case, out, done.returncode, done.stderr, done.stdout)
+
+
+@pytest.fixture(scope="module")
+def ran(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Ran]:
+    tmp = tmp_path_factory.mktemp("bad-input")
+    table = cases(tmp)
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        futures = {
+            name: pool.submit(run_case, case, tmp / "outs" / name.replace(" ", "-")) for name, case in table.items()
+        }
+        return {name: f.result() for name, f in futures.items()}
+
+
+def names() -> Iterator[str]:
+    yield from cases(_Scratch.path()).keys()
+
+
+class _Scratch:
+    """A throwaway directory for listing the table's names at collection time."""
+
+    made: Path | None = None
+
+    @classmethod
+    def path(cls) -> Path:
+        import tempfile
+
+        if cls.made is None:
+            cls.made = Path(tempfile.mkdtemp(prefix="hostring-case-names-"))
+        return cls.made
+
+
+@pytest.mark.parametrize("name", list(names()))
+def test_bad_input(name: str, ran: dict[str, Ran]) -> None:
+    r = ran[name]
+    where = f"hostring {' '.join(r.case.args)}\n--- stderr\n{r.stderr}\n--- stdout\n{r.stdout}"
+    assert r.code == r.case.code, where
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, where  # one line: no traceback, no usage block
+    assert "Traceback" not in r.stderr, where
+    for word in r.case.says:
+        assert word in lines[0], f"{word!r} not named\n{where}"
+    if r.case.out:
+        assert not r.out.exists(), f"a failed start left {r.out} behind"
+
+
+def test_a_failed_start_leaves_no_half_made_out(tmp_path: Path) -> None:
+    """The crawl's node cannot start (the port for its metrics is taken): one line naming the cause, exit 1, and
+    neither OUT nor the parents it made are left, so the same command runs once the port is free."""
+    out = tmp_path / "deep" / "out"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        node_port = taken.getsockname()[1]
+        r = run_case(Case(["crawl", SEED, "--out", "OUT", "--metrics-port", str(node_port - 1)], 1, ()), out)
+    where = f"--- stderr\n{r.stderr}"
+    assert r.code == 1 and len(r.stderr.strip().splitlines()) == 1, where
+    assert "frontier node did not start" in r.stderr and "in use" in r.stderr, where
+    assert not (tmp_path / "deep").exists(), "the failed start left its directories behind"
+
+
+def test_a_closed_pipe_is_quiet(tmp_path: Path) -> None:
+    """`hostring report --json | head -c 100`: the reader stops early; hostring ends quietly, exit 0."""
+    path = tmp_path / "big.sqlite3"
+    store = SqliteStore(path)
+    f = Frontier(store, WallClock())
+    f.discover([Link(f"http://h{i % 50}.example/page/{i}") for i in range(4000)])
+    store.flush()
+    store.close()
+    done = subprocess.run(
+        [
+            "bash",
+            "-c",
+            f'"{sys.executable}" -m hostring_cli report --store sqlite:///{path} --dispositions '
+            '| head -c 100 >/dev/null; echo "${PIPESTATUS[0]}"',
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.stdout.strip() == "0", done
+    assert done.stderr == "", done.stderr
+
+
+def test_a_crawl_directory_in_use_is_refused(tmp_path: Path) -> None:
+    """A second `hostring crawl --resume` on an OUT another crawl is running in would hand that crawl's leases
+    back: it is refused, naming the holder, and changes nothing."""
+    out = tmp_path / "out"
+    out.mkdir()
+    SqliteStore(out / "frontier.sqlite3").close()
+    with (out / ".lock").open("a+") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        held.write("4242")
+        held.flush()
+        before = sorted(p.name for p in out.iterdir())
+        r = run_case(Case(["crawl", "--resume", "--out", "OUT"], 2, ()), out)
+    assert r.code == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "being crawled by another hostring crawl (pid 4242)" in r.stderr
+    assert sorted(p.name for p in out.iterdir()) == before
