@@ -18,16 +18,17 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from frontier_node.core.budgets import Budgets
 from frontier_node.core.config import FrontierConfig
-from frontier_node.core.dedup import BodyIndex, SeenSet, key_hash
+from frontier_node.core.dedup import BodyIndex as MemoryBodyIndex
+from frontier_node.core.dedup import SeenSet, key_hash
 from frontier_node.core.front import FrontLayer
 from frontier_node.core.hosts import Host
 from frontier_node.core.journal import pack_admit
 from frontier_node.core.leases import LeaseBook
-from frontier_node.core.ports import Store
+from frontier_node.core.ports import BodyIndex, Outbox, Store
 from frontier_node.core.records import Completion, Entry, Item, Kind, LinkLike, LinkVerdict, OutcomeLike, Verdict
 from frontier_node.core.retry import Action, backoff_s, classify
 from frontier_node.core.robots import RobotsPolicy, RobotsRecord, RobotsVerdict
-from frontier_node.core.robots_items import RobotsItems
+from frontier_node.core.robots_items import RobotsItems, remote_home
 from frontier_node.core.states import Event, State, next_state
 from frontier_node.core.views import CoverageInput, FrontierStats, HostView
 from hostring.clock import Clock
@@ -63,8 +64,11 @@ class Frontier(RobotsItems):
         owns: Callable[[str], bool] | None = None,
         rng: random.Random | None = None,
         recover: bool = True,
+        outbox: Outbox | None = None,
+        bodies: BodyIndex | None = None,
     ) -> None:
         self._store = store
+        self._outbox = outbox
         self._clock = clock
         self._config = config = config or FrontierConfig()
         self._owns = owns or (lambda domain: True)
@@ -73,7 +77,7 @@ class Frontier(RobotsItems):
         self._front = FrontLayer(config.politeness)
         self._leases = LeaseBook()
         self._seen = SeenSet()
-        self._bodies = BodyIndex(config.near_duplicate_distance)
+        self._bodies: BodyIndex = bodies or MemoryBodyIndex(config.near_duplicate_distance)
         self._budgets = Budgets(config.budgets)
         self._counts: Counter[str] = Counter()  # items by state
         self._verdicts: Counter[tuple[str, str]] = Counter()
@@ -110,6 +114,17 @@ class Frontier(RobotsItems):
     def owns(self, domain: str) -> bool:
         """Whether this node owns `domain` (at its current ring epoch, in a cluster)."""
         return self._owns(domain)
+
+    def _clock_now(self) -> float:
+        self._now = self._clock.now()
+        return self._now
+
+    def attach_cluster(self, outbox: Outbox, bodies: BodyIndex | None = None) -> None:
+        """Join a cluster's shared parts: links (and robots hops) other nodes own go to `outbox` instead of back
+        to the caller in Completion.forward, and bodies are registered in the shared `bodies` index."""
+        self._outbox = outbox
+        if bodies is not None:
+            self._bodies = bodies
 
     # ================================================================== admission
 
@@ -310,7 +325,8 @@ class Frontier(RobotsItems):
         """Settle a lease with its outcome and admit the links found, if they are to be followed.
 
         A stale or unknown lease is journaled as late evidence only and its links are dropped. Links whose
-        domain another node owns come back in `forward` for the worker to route.
+        domain another node owns go to the outbox, in the same flush as the completion, when the node has one
+        (a cluster node); else they come back in `forward` for the caller to route.
         """
         self._now = self._clock.now()
         item = self._leases.leased(key)
@@ -339,6 +355,9 @@ class Frontier(RobotsItems):
                     done.forward.append(link)
                 elif verdict.verdict is Verdict.ADMITTED:
                     done.admitted += 1
+            if done.forward and self._outbox is not None:
+                self._outbox.forward(done.forward)
+                done.forwarded, done.forward = len(done.forward), []
         return done
 
     def _late(self, key: str, generation: int, outcome: OutcomeLike, reason: str) -> Completion:
@@ -374,13 +393,12 @@ class Frontier(RobotsItems):
             follow = status < 300 or (status < 400 and bool(outcome.location))
             if 300 <= status < 400 and outcome.location:
                 reason = f"{status} -> {outcome.location[:200]}"
-            elif status < 300:
-                first = self._bodies.seen_digest(outcome.body_digest)
+            elif status < 300 and (outcome.body_digest or outcome.simhash):
+                first, near = self._bodies.claim(outcome.body_digest, outcome.simhash, item.key)
                 if first is not None:
                     reason, follow = "duplicate_body", False
-                elif self._bodies.near(outcome.simhash) is not None:
+                elif near:
                     reason = "near_duplicate"
-                self._bodies.add(item.key, outcome.body_digest, outcome.simhash)
             if outcome.nofollow:
                 follow = False
             item.status, item.etag, item.last_modified = status, outcome.etag, outcome.last_modified
@@ -461,6 +479,9 @@ class Frontier(RobotsItems):
             self._events["lease_expired"] += 1
             if item.attempt >= retry.max_attempts + retry.max_expiries:
                 self._move(item, Event.FAIL, "lease_expired_repeatedly")
+                if item.kind is Kind.ROBOTS and remote_home(item.key) is None:
+                    # Its origin's pages wait for this file: without it they would wait forever.
+                    self._abandon(self._robots_home(item), item.origin, "robots_unavailable")
             else:
                 self._move(item, Event.EXPIRE, "lease_expired")
                 self._requeue(host, item)
@@ -473,7 +494,7 @@ class Frontier(RobotsItems):
 
     def _requeue(self, host: Host, item: Item) -> None:
         if item.kind is Kind.ROBOTS:
-            host.robots_items[item.origin] = item
+            host.robots_items[self._robots_slot(item)] = item
         else:
             host.push(item, self._config.window)
 
@@ -580,7 +601,7 @@ class Frontier(RobotsItems):
                 if item.state is State.FAILED or item.state is State.SUPPRESSED:
                     self._abandoned[item.origin] = item.reason.split(":")[0] or "robots_unavailable"
                 else:
-                    host.robots_items[item.origin] = item
+                    host.robots_items[self._robots_slot(item)] = item
                     if item.source and item.source != item.host:
                         front.host(item.source, item.domain).robots_items[item.origin] = item
             else:
@@ -590,7 +611,7 @@ class Frontier(RobotsItems):
                 if item.state is State.SCHEDULED:
                     host.overflow += 1
                 elif item.state is State.FETCHED and item.digest:
-                    self._bodies.add(item.key, item.digest, 0)
+                    self._bodies.remember(item.digest, 0, item.key)
             if item.state is State.LEASED:
                 host.in_flight += 1
                 self._leases.lend(item)

@@ -28,6 +28,18 @@ names it, so a restarted node never reloads a domain another node took. `items()
 snapshots taken at the call, as in the other stores: they read every matching row before yielding the first
 (packed text, decoded lazily), so a restart holds the packed rows of the node's domains in memory once.
 
+Lost data: a Redis that restarted empty (or a Cluster shard that lost its keys) must not be trusted, since the
+node's RAM would go on naming rows that no longer exist. The store opens with the namespace's instance marker
+(`ns:{all}:instance`, a random id set once with SET NX): every flush reads it in its own pipeline, the inbox
+poll reads it every fraction of a second, and a marker that is missing or changed raises StoreLost from then on,
+from every call. The marker lives in the data, so a Redis that restarted with its data (an append-only file)
+keeps it and is not reported lost; Redis's run_id would change there too, which is why it is not used. Writes
+also check, in the same pipeline, that the fences this store set still exist: that catches one Cluster shard
+losing its keys while the marker's shard kept them.
+
+Outbox (core.ports.Outbox): `forward()` and `post()` buffer mail for other domains' owners; the flush writes it
+to their inboxes (mail.py), unfenced, in the node-scoped pipeline.
+
 Handoff: nodes share one Redis, so the new owner calls `adopt_domain()`: it claims the fence first (the old
 owner is locked out from that moment, so the read that follows is stable) and returns the domain's rows and
 robots records to rebuild RAM state. `export_domain()` / `import_domain()` copy a domain between namespaces
@@ -39,15 +51,16 @@ from __future__ import annotations
 import heapq
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 import redis
 from redis.cluster import RedisCluster
 
-from frontier_node.core.ports import Fenced
-from frontier_node.core.records import Entry, Item
+from frontier_node.core.ports import Fenced, StoreLost
+from frontier_node.core.records import Entry, Item, LinkLike
 from frontier_node.core.states import State
 from frontier_node.store.redis.codec import (
     EPOCH_LIMIT,
@@ -75,6 +88,7 @@ from frontier_node.store.redis.codec import (
     unpack_robots,
     unpack_row,
 )
+from frontier_node.store.redis.mail import Mailroom, encode, link_messages, link_row
 from frontier_node.store.redis.scripts import Scripts
 from hostring.domains import registrable_domain
 from hostring.urls import ROBOTS_PREFIX, domain_of
@@ -83,6 +97,8 @@ RedisClient = redis.Redis | RedisCluster
 
 _JOURNAL_WINDOW: Final = 8192
 _SCAN_COUNT: Final = 2000
+_SCAN_ROWS: Final = 20_000
+_ADOPT_CHUNK: Final = 256
 
 
 class FencedOut(Fenced):
@@ -165,6 +181,14 @@ class RedisStore:
         }
         self._robots_clock = 0
         self._closed = False
+        self.mail = Mailroom(client, namespace)
+        self._links_out: dict[str, list[list[object]]] = {}
+        self._posts: dict[str, list[str]] = {}
+        self._fenced_here: set[str] = set()
+        self._lost: StoreLost | None = None
+        self._instance_key = f"{namespace}:{{all}}:instance"
+        self._r.set(self._instance_key, uuid.uuid4().hex, nx=True)
+        self.instance = text(self._r.get(self._instance_key))
 
     @classmethod
     def from_url(
@@ -254,6 +278,69 @@ class RedisStore:
         with self._lock:
             self._meta[name] = value
 
+    # -- outbox (core.ports.Outbox) -----------------------------------------------------------------------
+
+    def forward(self, links: Sequence[LinkLike]) -> None:
+        """Buffer links for the inboxes of their domains' owners; a link without a domain is dropped (it could
+        only be rejected)."""
+        with self._lock:
+            out = self._links_out
+            for link in links:
+                domain = domain_of(link.observed, link.base_url)
+                if domain:
+                    out.setdefault(domain, []).append(link_row(link))
+
+    def post(self, domain: str, message: Mapping[str, object]) -> None:
+        """Buffer a small message for the owner of `domain`'s inbox."""
+        check_tag_free("domain", domain)
+        with self._lock:
+            self._posts.setdefault(domain, []).append(encode(message))
+
+    # -- lost data -------------------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def lost(self) -> StoreLost | None:
+        """Why this store is not to be trusted any more, once it noticed."""
+        return self._lost
+
+    def _guard(self) -> None:
+        if self._lost is not None:
+            raise self._lost
+
+    def _verify_instance(self, value: object) -> None:
+        """Raise StoreLost (for good) when the instance marker read is not the one this store opened with."""
+        if value is not None and text(value) == self.instance:
+            return
+        what = "is gone" if value is None else f"changed to {text(value)!r}"
+        self._lose(
+            f"redis instance marker {self._instance_key} {what} (was {self.instance!r}): the server restarted "
+            "without its data or was flushed"
+        )
+
+    def _lose(self, reason: str) -> None:
+        if self._lost is None:
+            self._lost = StoreLost(reason)
+        raise self._lost
+
+    def check(self) -> None:
+        """Read the instance marker now; StoreLost when the data this store wrote is gone."""
+        self._guard()
+        self._verify_instance(self._r.get(self._instance_key))
+
+    def pending_mail(self) -> set[str]:
+        """Domains whose inbox may hold mail; reads the instance marker in the same round trip (StoreLost)."""
+        self._guard()
+        pipe = self._pipeline()
+        pipe.smembers(self.mail.pending_key)
+        pipe.get(self._instance_key)
+        pending, instance = pipe.execute()
+        self._verify_instance(instance)
+        return {text(d) for d in pending}
+
     # -- flush -----------------------------------------------------------------------------------------
 
     def flush(self) -> None:
@@ -269,10 +356,18 @@ class RedisStore:
     def _flush_locked(self) -> None:
         if self._closed:
             raise RuntimeError("store is closed")
+        self._guard()
         if self._notes:
             self._place_notes()
         if not (
-            self._batches or self._orphans or self._meta or self._new_domains or self._new_keydom or self._new_hostdom
+            self._batches
+            or self._orphans
+            or self._meta
+            or self._new_domains
+            or self._new_keydom
+            or self._new_hostdom
+            or self._links_out
+            or self._posts
         ):
             return
         epoch = int(self._epoch())
@@ -311,8 +406,14 @@ class RedisStore:
     def _flush_node(self, epoch: int) -> None:
         """Node-scoped writes, before any domain's: the domain set must name a domain before it holds data."""
         orphans = self._orphans
-        if not (self._meta or self._new_domains or self._new_keydom or self._new_hostdom or orphans):
+        if (
+            not (self._meta or self._new_domains or self._new_keydom or self._new_hostdom or orphans or self._links_out)
+            and not self._posts
+        ):
             return
+        mail = {d: link_messages(rows) for d, rows in self._links_out.items()}
+        for domain, posts in self._posts.items():
+            mail.setdefault(domain, []).extend(posts)
         pipe = self._pipeline()
         if self._new_domains:
             pipe.sadd(self._keys.node + "domains", *sorted(self._new_domains))
@@ -325,7 +426,12 @@ class RedisStore:
             pipe.hset(self._keys.node + "meta", mapping=self._meta)
         if orphans:
             pipe.zadd(self._keys.node + "orphans", {pack_line(e, epoch): 0 for e in orphans})
-        pipe.execute()
+        self.mail.queue(pipe, mail)
+        pipe.get(self._instance_key)
+        *_, instance = pipe.execute()
+        self._links_out = {}
+        self._posts = {}
+        self._verify_instance(instance)
         self._known_domains |= self._new_domains
         self._new_domains = set()
         self._new_keydom = {}
@@ -355,7 +461,17 @@ class RedisStore:
     def _flush_domains(self, epoch: int) -> None:
         domains = list(self._batches)
         calls = {d: self._write_call(d, self._batches[d], epoch, self.node_id) for d in domains}
-        results = self._scripts.run_pipelined("write", calls)
+        expected = sorted(d for d in domains if d in self._fenced_here)
+        checks = [("EXISTS", self._keys.domain(d, "fence")) for d in expected] + [("GET", self._instance_key)]
+        results, found = self._scripts.run_checked("write", calls, checks)
+        *exists, instance = found
+        self._verify_instance(instance)
+        vanished = [d for d, n in zip(expected, exists, strict=True) if not isinstance(n, BaseException) and not n]
+        if vanished:
+            self._lose(
+                f"the fence of {len(vanished)} domain(s) this node holds vanished (e.g. {vanished[0]!r}): a Redis "
+                "server or Cluster shard lost its data"
+            )
         fenced: list[FencedOut] = []
         error: BaseException | None = None
         for domain in domains:
@@ -366,6 +482,8 @@ class RedisStore:
             del self._batches[domain]
             if int(res[0]) == 0:
                 fenced.append(FencedOut(domain, epoch, int(text(res[2])), text(res[1])))
+            else:
+                self._fenced_here.add(domain)
         if fenced:
             first = fenced[0]
             raise FencedOut(first.domain, epoch, first.fence_epoch, first.owner, others=tuple(fenced[1:])) from error
@@ -387,6 +505,7 @@ class RedisStore:
         if not 0 <= epoch < EPOCH_LIMIT:
             raise ValueError(f"ring epoch {epoch} out of range")
         check_tag_free("domain", domain)
+        self._guard()
         with self._lock:
             if domain not in self._known_domains:
                 self._new_domains.add(domain)
@@ -394,6 +513,7 @@ class RedisStore:
         res = self._scripts.eval("claim", [self._keys.domain(domain, "fence")], [self.node_id, epoch])
         if int(res[0]) == 0:
             raise FencedOut(domain, epoch, int(text(res[2])), text(res[1]))
+        self._fenced_here.add(domain)
         return text(res[1]), int(text(res[2]))
 
     def adopt_domain(self, domain: str, epoch: int) -> AdoptedDomain:
@@ -402,14 +522,63 @@ class RedisStore:
         The claim comes first: from then on the previous owner's writes are refused, so the read is stable.
         Keys and hosts whose domain the text does not tell are recorded in this node's lookup tables.
         """
-        previous_owner, previous_epoch = self.claim(domain, epoch)
-        items = [unpack_row(k, v) for _, k, v in self._sorted_rows([domain], None)]
-        robots = [unpack_robots(o, v) for _, o, v in self._sorted_robots([domain])]
+        adopted = self.adopt_domains([domain], epoch)
+        return adopted[0]
+
+    def adopt_domains(self, domains: Sequence[str], epoch: int) -> list[AdoptedDomain]:
+        """adopt_domain for many domains in a few round trips: every claim in one pipeline, then the rows and
+        robots records of the claimed domains in pipelines of _ADOPT_CHUNK domains (a domain with more than
+        _SCAN_ROWS rows is read by HSCAN on its own, so no single reply is huge). FencedOut when any claim is
+        refused (the domains claimed before it stay claimed: the ring that refused will move them on)."""
+        if not 0 <= epoch < EPOCH_LIMIT:
+            raise ValueError(f"ring epoch {epoch} out of range")
+        self._guard()
+        names = list(dict.fromkeys(domains))
+        for domain in names:
+            check_tag_free("domain", domain)
+        if not names:
+            return []
         with self._lock:
-            for item in items:
-                self._learn(item.key, item.host, item.origin, domain)
+            self._new_domains.update(d for d in names if d not in self._known_domains)
             self._flush_node(epoch)
-        return AdoptedDomain(domain, epoch, previous_owner, previous_epoch, items, robots)
+        calls = {d: ([self._keys.domain(d, "fence")], [self.node_id, epoch]) for d in names}
+        sizes = [("HLEN", self._keys.domain(d, "items")) for d in names]
+        claimed, lengths = self._scripts.run_checked("claim", calls, sizes)
+        for domain in names:
+            res = claimed[domain]
+            if isinstance(res, BaseException):
+                raise res
+            if int(res[0]) == 0:
+                raise FencedOut(domain, epoch, int(text(res[2])), text(res[1]))
+            self._fenced_here.add(domain)
+        big = {d for d, n in zip(names, lengths, strict=True) if isinstance(n, int) and n > _SCAN_ROWS}
+        rows: dict[str, dict[str, str]] = {d: dict(self._scan_hash(self._keys.domain(d, "items"))) for d in big}
+        records: dict[str, dict[str, str]] = {}
+        for start in range(0, len(names), _ADOPT_CHUNK):
+            chunk = names[start : start + _ADOPT_CHUNK]
+            pipe = self._pipeline()
+            for domain in chunk:
+                if domain not in big:
+                    pipe.hgetall(self._keys.domain(domain, "items"))
+                pipe.hgetall(self._keys.domain(domain, "robots"))
+            answers = iter(pipe.execute())
+            for domain in chunk:
+                if domain not in big:
+                    rows[domain] = {text(k): text(v) for k, v in next(answers).items()}
+                records[domain] = {text(k): text(v) for k, v in next(answers).items()}
+        out: list[AdoptedDomain] = []
+        with self._lock:
+            for domain in names:
+                ordered = sorted((row_first(v), k, v) for k, v in rows[domain].items())
+                items = [unpack_row(k, v) for _, k, v in ordered]
+                robots = [unpack_robots(o, v) for _, o, v in sorted((v[:20], o, v) for o, v in records[domain].items())]
+                for item in items:
+                    self._learn(item.key, item.host, item.origin, domain)
+                res = claimed[domain]
+                out.append(AdoptedDomain(domain, epoch, text(res[1]), int(text(res[2])), items, robots))
+            self._flush_node(epoch)
+        self.mail.mark_nonempty(names)
+        return out
 
     # -- handoff between deployments ---------------------------------------------------------------------
 
@@ -496,6 +665,7 @@ class RedisStore:
 
     def backlog(self, host: str, after: tuple[int, int], limit: int) -> list[Item]:
         """Scheduled items of `host` with (priority, seq) > `after`, in that order: one range read of its zset."""
+        self._guard()
         with self._lock:
             self._flush_locked()
         if limit <= 0:
@@ -510,6 +680,7 @@ class RedisStore:
 
     def get(self, key: str) -> Item | None:
         """The row of `key`; a buffered row is answered from the buffer without a flush."""
+        self._guard()
         with self._lock:
             for batch in self._batches.values():
                 packed = batch.rows.get(key)
