@@ -186,7 +186,7 @@ class Slice:
         frontier = self.frontier
         assert frontier is not None
         for adopted in self.store.adopt_domains(domains, self.ring.epoch):
-            frontier.adopt(adopted.items, adopted.robots)
+            frontier.adopt(adopted.items, adopted.robots, {adopted.domain: adopted.breaches})
             frontier.hold(adopted.domain)
         return len(domains)
 

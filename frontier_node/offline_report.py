@@ -6,12 +6,14 @@ node writing it is not disturbed. The counts are `frontier_node.report.coverage_
 `CoverageInput` built from the file), and the journal adds what only it knows: how many times each identity was
 leased, and whether its last journal entry agrees with its current state.
 
-What only a live node knows is absent: links suppressed by a budget and Discover verdicts are counters in the
-node's memory, never stored (`not_in_store` names those fields; `hostring report --node` has them).
+What only a live node knows is absent: Discover verdicts are counters in the node's memory, never stored
+(`not_in_store` names them; `hostring report --node` has them). Budget breaches are stored (meta values
+"breaches:<domain>") and reported.
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 from collections import Counter
@@ -22,9 +24,9 @@ from frontier_node.core.records import Item, Kind
 from frontier_node.core.states import State
 from frontier_node.core.views import CoverageInput
 from frontier_node.report import coverage_report
-from frontier_node.store.sqlite import ITEM_COLUMNS
+from frontier_node.store.sqlite import BREACHES_META, ITEM_COLUMNS
 
-NOT_IN_STORE = ("suppressed_by_rule", "discovered_by_verdict")
+NOT_IN_STORE = ("discovered_by_verdict",)
 _EXAMPLES = 10
 
 
@@ -77,13 +79,20 @@ def store_report(path: Path, *, dispositions: bool = False) -> dict[str, Any]:
             )
         )
         entries = con.execute("SELECT COUNT(*) FROM journal").fetchone()[0]
+        stored = con.execute(
+            "SELECT value FROM meta WHERE substr(name, 1, ?) = ?", (len(BREACHES_META), BREACHES_META)
+        ).fetchall()
         con.execute("COMMIT")
     except sqlite3.DatabaseError as e:
         raise StoreReadError(f"{path}: cannot read the store: {e}") from e
     finally:
         con.close()
-    # Budget breaches and Discover verdicts live in a node's memory only: the report leaves them out.
-    report = coverage_report(CoverageInput(str(run_row[0]) if run_row else "", items), dispositions=dispositions)
+    # Discover verdicts live in a node's memory only: the report leaves them out.
+    breaches = [b for (value,) in stored for b in json.loads(value)]
+    breaches.sort(key=lambda b: (-int(b.get("count", 0)), str(b.get("rule")), str(b.get("pattern"))))
+    report = coverage_report(
+        CoverageInput(str(run_row[0]) if run_row else "", items, breaches), dispositions=dispositions
+    )
     pages = [it for it in items if it.kind is Kind.PAGE and it.state is not State.REJECTED]
     per_page = {it.key: leases.get(it.key, 0) for it in pages}
     if dispositions:

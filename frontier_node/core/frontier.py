@@ -15,6 +15,7 @@ import random
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import cast
 
 from frontier_node.core.budgets import Budgets
 from frontier_node.core.config import FrontierConfig
@@ -24,7 +25,7 @@ from frontier_node.core.front import FrontLayer
 from frontier_node.core.hosts import Host
 from frontier_node.core.journal import pack_admit
 from frontier_node.core.leases import LeaseBook
-from frontier_node.core.ports import BodyIndex, Outbox, Store
+from frontier_node.core.ports import BodyIndex, BreachLog, Outbox, Store
 from frontier_node.core.records import Completion, Entry, Item, Kind, LinkLike, LinkVerdict, OutcomeLike, Verdict
 from frontier_node.core.retry import Action, backoff_s, classify
 from frontier_node.core.robots import RobotsPolicy, RobotsRecord, RobotsVerdict
@@ -69,6 +70,7 @@ class Frontier(RobotsItems):
     ) -> None:
         self._store = store
         self._outbox = outbox
+        self._breach_log: BreachLog | None = cast(BreachLog, store) if hasattr(store, "save_breaches") else None
         self._clock = clock
         self._config = config = config or FrontierConfig()
         self._owns = owns or (lambda domain: True)
@@ -173,7 +175,17 @@ class Frontier(RobotsItems):
             self._admit(self._new_item(ident, link))
             verdicts[("admitted", "")] += 1
             append(LinkVerdict(Verdict.ADMITTED, "", key, domain))
+        if budgets.dirty:
+            self._save_breaches()
         return out
+
+    def _save_breaches(self) -> None:
+        """Hand the breaches that changed to the store, one list per domain (coalesced until its flush)."""
+        budgets, log = self._budgets, self._breach_log
+        if log is not None:
+            for domain in sorted(budgets.dirty):
+                log.save_breaches(domain, budgets.of_domain(domain))
+        budgets.dirty.clear()
 
     def _identify(self, observed: str, base: str) -> tuple[UrlIdentity, int]:
         """identify() and the key's fingerprint, remembering recent answers: pages repeat navigation links.
@@ -579,9 +591,17 @@ class Frontier(RobotsItems):
             self._scope_domains.update(loaded["domains"])
         if rows:
             self.adopt(store.items(), store.robots_records())
+            if self._breach_log is not None:
+                for domain, stored in self._breach_log.load_breaches().items():
+                    self._budgets.load(domain, stored)
         store.flush()
 
-    def adopt(self, items: Iterable[Item], robots: Iterable[tuple[str, str, dict[str, object]]]) -> None:
+    def adopt(
+        self,
+        items: Iterable[Item],
+        robots: Iterable[tuple[str, str, dict[str, object]]],
+        breaches: Mapping[str, Iterable[dict[str, object]]] | None = None,
+    ) -> None:
         """Take over rows from the store (after a restart, or a handoff of domains) into RAM.
 
         Queued rows stay in the store (only counted); leased ones keep their deadline, so a host with a fetch
@@ -590,6 +610,8 @@ class Frontier(RobotsItems):
         now = self._now = self._clock.now()
         front = self._front
         touched: dict[str, Host] = {}
+        for domain, stored in (breaches or {}).items():
+            self._budgets.load(domain, stored)
         for origin, host_name, data in robots:
             front.host(host_name, "").robots[origin] = RobotsRecord.from_dict(data)
         for item in items:

@@ -113,3 +113,15 @@ class Store(Protocol):
         """(highest journal seq, highest item seq): counters resume above them after a restart."""
 
     def close(self) -> None: ...
+
+
+class BreachLog(Protocol):
+    """Where budget breaches persist (rule, pattern, first example, count), per registrable domain ("" for rules
+    of the whole crawl): a restarted node, a node that adopts the domain and an offline report see them."""
+
+    def save_breaches(self, domain: str, breaches: Sequence[Mapping[str, object]]) -> None:
+        """Buffer the current breaches of `domain` (they replace the stored ones at the next flush)."""
+
+    def load_breaches(self, domains: Iterable[str] | None = None) -> dict[str, list[dict[str, object]]]:
+        """domain -> its stored breaches, for `domains` (every domain the store knows with None)."""
+        ...

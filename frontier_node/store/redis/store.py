@@ -49,6 +49,7 @@ or Redis deployments.
 from __future__ import annotations
 
 import heapq
+import json
 import threading
 import time
 import uuid
@@ -132,6 +133,7 @@ class AdoptedDomain:
     previous_epoch: int
     items: list[Item]
     robots: list[tuple[str, str, dict[str, object]]]
+    breaches: list[dict[str, object]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -182,6 +184,7 @@ class RedisStore:
         self._robots_clock = 0
         self._closed = False
         self.mail = Mailroom(client, namespace)
+        self._breaches: dict[str, str] = {}
         self._links_out: dict[str, list[list[object]]] = {}
         self._posts: dict[str, list[str]] = {}
         self._fenced_here: set[str] = set()
@@ -278,6 +281,30 @@ class RedisStore:
         with self._lock:
             self._meta[name] = value
 
+    # -- budget breaches (core.ports.BreachLog) ---------------------------------------------------------
+
+    def _breach_key(self, domain: str) -> str:
+        return self._keys.domain(domain, "breaches") if domain else self._keys.node + "breaches"
+
+    def save_breaches(self, domain: str, breaches: Sequence[Mapping[str, object]]) -> None:
+        """Buffer a domain's breaches: a JSON string in its slot (unfenced: counts only ever grow), or the node's
+        for the whole crawl's rules ("")."""
+        if domain:
+            check_tag_free("domain", domain)
+        with self._lock:
+            self._breaches[domain] = json.dumps(list(breaches), separators=(",", ":"), sort_keys=True)
+
+    def load_breaches(self, domains: Iterable[str] | None = None) -> dict[str, list[dict[str, object]]]:
+        """domain -> stored breaches of `domains` (of the held domains and the node's own with None)."""
+        self._guard()
+        with self._lock:
+            self._flush_locked()
+        names = sorted(set(self.held_domains()) | {""} if domains is None else set(domains))
+        pipe = self._pipeline()
+        for domain in names:
+            pipe.get(self._breach_key(domain))
+        return {d: json.loads(text(v)) for d, v in zip(names, pipe.execute(), strict=True) if v is not None}
+
     # -- outbox (core.ports.Outbox) -----------------------------------------------------------------------
 
     def forward(self, links: Sequence[LinkLike]) -> None:
@@ -368,6 +395,7 @@ class RedisStore:
             or self._new_hostdom
             or self._links_out
             or self._posts
+            or self._breaches
         ):
             return
         epoch = int(self._epoch())
@@ -426,11 +454,14 @@ class RedisStore:
             pipe.hset(self._keys.node + "meta", mapping=self._meta)
         if orphans:
             pipe.zadd(self._keys.node + "orphans", {pack_line(e, epoch): 0 for e in orphans})
+        for domain, value in self._breaches.items():
+            pipe.set(self._breach_key(domain), value)
         self.mail.queue(pipe, mail)
         pipe.get(self._instance_key)
         *_, instance = pipe.execute()
         self._links_out = {}
         self._posts = {}
+        self._breaches = {}
         self._verify_instance(instance)
         self._known_domains |= self._new_domains
         self._new_domains = set()
@@ -554,6 +585,7 @@ class RedisStore:
         big = {d for d, n in zip(names, lengths, strict=True) if isinstance(n, int) and n > _SCAN_ROWS}
         rows: dict[str, dict[str, str]] = {d: dict(self._scan_hash(self._keys.domain(d, "items"))) for d in big}
         records: dict[str, dict[str, str]] = {}
+        breaches: dict[str, list[dict[str, object]]] = {}
         for start in range(0, len(names), _ADOPT_CHUNK):
             chunk = names[start : start + _ADOPT_CHUNK]
             pipe = self._pipeline()
@@ -561,11 +593,15 @@ class RedisStore:
                 if domain not in big:
                     pipe.hgetall(self._keys.domain(domain, "items"))
                 pipe.hgetall(self._keys.domain(domain, "robots"))
+                pipe.get(self._breach_key(domain))
             answers = iter(pipe.execute())
             for domain in chunk:
                 if domain not in big:
                     rows[domain] = {text(k): text(v) for k, v in next(answers).items()}
                 records[domain] = {text(k): text(v) for k, v in next(answers).items()}
+                raw = next(answers)
+                if raw is not None:
+                    breaches[domain] = json.loads(text(raw))
         out: list[AdoptedDomain] = []
         with self._lock:
             for domain in names:
@@ -575,7 +611,11 @@ class RedisStore:
                 for item in items:
                     self._learn(item.key, item.host, item.origin, domain)
                 res = claimed[domain]
-                out.append(AdoptedDomain(domain, epoch, text(res[1]), int(text(res[2])), items, robots))
+                out.append(
+                    AdoptedDomain(
+                        domain, epoch, text(res[1]), int(text(res[2])), items, robots, breaches.get(domain, [])
+                    )
+                )
             self._flush_node(epoch)
         self.mail.mark_nonempty(names)
         return out
