@@ -37,6 +37,10 @@ from hostring.v1 import frontier_pb2_grpc as pb_grpc
 log = logging.getLogger("hostring.worker")
 
 ROBOTS_MAX_BYTES = 500 * 1024
+COMPLETE_LINKS = 10_000
+"""Links sent inside one Complete (well under the message limit); a page's further links are routed with Discover
+once the node said they are to be followed."""
+ROUTE_BATCH = 2048
 _SIMHASH_TEXT = 64 * 1024
 _SENT_LIMIT = 1 << 17
 
@@ -304,6 +308,7 @@ class Worker:
         (the lease lives on in the shared store: the new owner adopted the leased row and settles it). After the
         deadline the lease has expired and the item will be handed out again, so there is nothing left to settle.
         """
+        links, more = links[:COMPLETE_LINKS], links[COMPLETE_LINKS:]
         request = pb.CompleteRequest(
             lease_id=item.lease_id, generation=item.generation, outcome=outcome, worker_id=self.worker_id, links=links
         )
@@ -339,14 +344,16 @@ class Worker:
             self.stats.stale += 1
         elif resp.follow_links:
             self._remember(links)
-        self.stats.links_sent += len(links)
+            if more:
+                await self.route(more)
+        self.stats.links_sent += len(links) + (len(more) if resp.accepted and resp.follow_links else 0)
         if resp.forward:
             await self.route(resp.forward)
 
     async def route(self, links: Sequence[pb.Link]) -> None:
         """Send links to the nodes that own their domains, waiting as long as it takes (see NodeClients.route)."""
         try:
-            await self.clients.route(links, deadline_s=None)
+            await self.clients.route(links, deadline_s=None, batch=ROUTE_BATCH)
         except NodeStoreLost as e:
             self._store_lost(e)
 

@@ -71,8 +71,9 @@ class NodeStoreLost(RuntimeError):
 
     def __init__(self, address: str, reason: str) -> None:
         super().__init__(
-            f"node {address} lost its store ({reason}): restore its Redis (run Redis with appendonly yes, see "
-            "deploy/README.md) and restart the crawl; its queued and in-flight URLs are gone"
+            f"store_lost: node {address} lost its store ({reason}); its queued and in-flight URLs are gone. "
+            "Fix: run Redis with appendonly yes (deploy/README.md), restore it or start a new crawl, and restart "
+            "the nodes"
         )
         self.address = address
         self.reason = reason
@@ -198,7 +199,9 @@ class NodeClients:
         for channel in self._channels.values():
             await channel.close(None)
 
-    async def route(self, links: Sequence[pb.Link], deadline_s: float | None = ROUTE_DEADLINE_S) -> int:
+    async def route(
+        self, links: Sequence[pb.Link], deadline_s: float | None = ROUTE_DEADLINE_S, batch: int = DISCOVER_BATCH
+    ) -> int:
         """Send links to the owners of their domains; the number still without an owner after `deadline_s`.
 
         With deadline_s=None the links wait for as long as it takes (a dead owner leaves the ring after its
@@ -216,12 +219,12 @@ class NodeClients:
             except LookupError:
                 by_owner = {}
             retry: list[pb.Link] = [] if by_owner else pending
-            for address, batch in by_owner.items():
+            for address, group in by_owner.items():
                 if backoff.ready_in(address) > 0:
-                    retry += batch
+                    retry += group
                     continue
-                for i in range(0, len(batch), DISCOVER_BATCH):
-                    chunk = batch[i : i + DISCOVER_BATCH]
+                for i in range(0, len(group), batch):
+                    chunk = group[i : i + batch]
                     try:
                         resp = await self.stub(address).Discover(
                             pb.DiscoverRequest(links=chunk, worker_id=self.worker_id), timeout=30
@@ -231,7 +234,7 @@ class NodeClients:
                         if reason is not None:
                             raise NodeStoreLost(address, reason) from None
                         backoff.failed(address, "Discover", e)
-                        retry += batch[i:]
+                        retry += group[i:]
                         break
                     backoff.succeeded(address)
                     retry += [link for link, v in zip(chunk, resp.verdicts, strict=True) if v.verdict == pb.WRONG_OWNER]
