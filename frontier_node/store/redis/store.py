@@ -61,7 +61,7 @@ import redis
 from redis.cluster import RedisCluster
 
 from frontier_node.core.ports import Fenced, StoreLost
-from frontier_node.core.records import Entry, Item, LinkLike
+from frontier_node.core.records import Entry, Item, Kind, LinkLike
 from frontier_node.core.states import State
 from frontier_node.store.redis.codec import (
     EPOCH_LIMIT,
@@ -233,9 +233,13 @@ class RedisStore:
                 self._new_domains.add(domain)
         return batch
 
-    def _learn(self, key: str, host: str, origin: str, domain: str) -> None:
-        """Remember (and later persist) where a key or host lives when its text does not say so."""
-        if self._host_dom.get(host, registrable_domain(host)) != domain:
+    def _learn(self, key: str, host: str, origin: str, domain: str, *, page: bool = True) -> None:
+        """Remember (and later persist) where a key or host lives when its text does not say so.
+
+        Only a page says where its host's queue lives: a robots item following a redirect stands on the hop's
+        host, which may belong to another domain, and must not send that host's backlog reads there.
+        """
+        if page and self._host_dom.get(host, registrable_domain(host)) != domain:
             self._host_dom[host] = self._new_hostdom[host] = domain
         base = key.removeprefix(ROBOTS_PREFIX)
         plain = (base == origin or base.startswith(origin + "/")) and registrable_domain(host) == domain
@@ -248,7 +252,7 @@ class RedisStore:
         domain = item_domain(item)
         check_seq(entry.seq)
         with self._lock:
-            self._learn(item.key, item.host, item.origin, domain)
+            self._learn(item.key, item.host, item.origin, domain, page=item.kind is Kind.PAGE)
             batch = self._batch(domain)
             batch.entries.append(entry)
             batch.rows[item.key] = pack_row(item, batch.first.setdefault(item.key, entry.seq))
@@ -609,7 +613,7 @@ class RedisStore:
                 items = [unpack_row(k, v) for _, k, v in ordered]
                 robots = [unpack_robots(o, v) for _, o, v in sorted((v[:20], o, v) for o, v in records[domain].items())]
                 for item in items:
-                    self._learn(item.key, item.host, item.origin, domain)
+                    self._learn(item.key, item.host, item.origin, domain, page=item.kind is Kind.PAGE)
                 res = claimed[domain]
                 out.append(
                     AdoptedDomain(
@@ -675,7 +679,8 @@ class RedisStore:
                 raise FencedOut(domain, epoch, int(text(res[2])), text(res[1]))
         with self._lock:
             for fields in data["items"]:
-                self._learn(str(fields["key"]), str(fields["host"]), str(fields["origin"]), domain)
+                page = int(fields["kind"]) == int(Kind.PAGE)
+                self._learn(str(fields["key"]), str(fields["host"]), str(fields["origin"]), domain, page=page)
             self._flush_node(epoch)
 
     # -- reads -----------------------------------------------------------------------------------------
