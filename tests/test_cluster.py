@@ -110,15 +110,14 @@ def unexplained_duplicates(web: LocalWeb, oracle: Oracle, lines: dict[str, list[
 def web_and_oracle(seed: int, origins: int, pages: int) -> tuple[dict[str, Any], Oracle, int]:
     """A generated web without slow corners: no 503 robots (Retry-After 60), no traps; every root a seed.
 
-    No robots.txt redirects either: in a cluster a robots file redirecting to a host another node paces is not
-    followed (known limitation, see test_robots_redirect_to_another_nodes_domain_is_not_followed).
+    robots.txt files that redirect to another origin are in (often one another node owns and paces: the hop is
+    fetched by that node and its outcome mailed back).
     """
     model = random_model(
         seed,
         origins=origins,
         pages_per_origin=pages,
         unavailable_robots=0,
-        redirect_robots_fraction=0.0,
         trap_fraction=0.0,
         seeds=origins,
         user_agent=TOKEN,

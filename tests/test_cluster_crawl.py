@@ -179,5 +179,6 @@ def test_cluster_crawl_join_at_a_quarter_kill_at_half(empty_redis: str, tmp_path
         for label in web.origins:
             problems += [f"{label}: {v}" for v in politeness_violations(web, label, DELAY_S, GAP_TOLERANCE_S)]
         copies_fetched = sum(1 for _, b in pairs if any(h.label == b and "-copy" in h.path for h in web.hits))
-        assert copies_fetched == MIRRORS, f"only {copies_fetched} of the {MIRRORS} cross-node copies were fetched"
+        if copies_fetched != MIRRORS:
+            problems.append(f"only {copies_fetched} of the {MIRRORS} cross-node copies were fetched")
         assert not problems, f"{len(problems)} problem(s):\n" + "\n".join(problems)
