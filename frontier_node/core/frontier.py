@@ -264,7 +264,14 @@ class Frontier(RobotsItems):
             host = front.pop_ready(now)
             if host is None:
                 break
-            item = self._next_for(host, now)
+            try:
+                item = self._next_for(host, now)
+            except BaseException:
+                # A store read failed (Redis away for a moment): the host left the heap and nothing else would
+                # put it back, so its queue would wait forever. Back in, and the caller sees the error.
+                for h in (host, *again):
+                    front.wake(h, now)
+                raise
             if item is None:
                 continue
             self._grant(item, host, now, worker_id)
