@@ -33,6 +33,10 @@ class MembershipBackend(Protocol):
         """Apply one change batch atomically and return its epoch: max(stored epoch, floor) + 1."""
         ...
 
+    def holds(self, epoch: int) -> bool:
+        """Whether the backend still holds the state committed at `epoch` (False when it lost it)."""
+        ...
+
 
 class MemoryBackend:
     """Membership that lives as long as this object: a restarted coordinator starts from epoch 0."""
@@ -50,6 +54,9 @@ class MemoryBackend:
         self._members.update(upsert)
         self._epoch = max(self._epoch, floor) + 1
         return self._epoch
+
+    def holds(self, epoch: int) -> bool:
+        return True
 
 
 # KEYS[1]: members hash, KEYS[2]: epoch counter. ARGV[1]: floor, ARGV[2]: n removals, then n ids, then id/json pairs.
@@ -92,6 +99,13 @@ class RedisBackend:
         for node_id, m in upsert.items():
             args += [node_id, json.dumps({"address": m.address, "weight": m.weight})]
         return int(self._commit(keys=[self._members_key, self._epoch_key], args=args))
+
+    def holds(self, epoch: int) -> bool:
+        """The stored epoch counter is there and not behind `epoch` (a Redis restarted empty has neither)."""
+        if epoch <= 0:
+            return True
+        raw = self._client.get(self._epoch_key)
+        return raw is not None and int(raw) >= epoch
 
 
 @dataclass(frozen=True)
@@ -193,7 +207,11 @@ class Membership:
         return True
 
     def expire(self) -> list[str]:
-        """Drop every member not heard from for longer than the timeout, in one epoch; return their ids."""
+        """Drop every member not heard from for longer than the timeout, in one epoch; return their ids.
+
+        First checks that the backend still holds the membership (see `recover_lost_state`).
+        """
+        self.recover_lost_state()
         now = self._clock.now()
         gap, self._last_expire = now - self._last_expire, now
         if self._stall_after is not None and gap > self._stall_after:
@@ -205,6 +223,24 @@ class Membership:
             self._commit({}, dead)
             log.info("epoch %d: expired %s (no heartbeat for %.1f s)", self.epoch, ", ".join(dead), self._timeout)
         return dead
+
+    def recover_lost_state(self) -> bool:
+        """When the backend lost the committed membership (a Redis restarted without its data), say so by name
+        and write it again from memory, one epoch above, so a restarted coordinator finds it. True if it did."""
+        try:
+            if self._backend.holds(self.epoch):
+                return False
+        except Exception as e:  # an unreachable backend is not a lost one: the next change reports it
+            log.debug("membership backend check failed: %r", e)
+            return False
+        log.error(
+            "membership_lost: the coordinator's membership state vanished from its Redis (this coordinator is at "
+            "epoch %d); writing its %d member(s) again at the next epoch. Run Redis with appendonly yes.",
+            self.epoch,
+            len(self._ring),
+        )
+        self._commit(dict(self._ring.members), ())
+        return True
 
     def _commit(self, upsert: Mapping[str, Member], remove: Collection[str]) -> None:
         """Persist one change batch, then adopt it; a backend failure leaves this object unchanged."""

@@ -1,7 +1,13 @@
 """The stateless fetch worker: lease from every node, fetch safely, archive, complete, and route links.
 
 Links found on a page travel inside Complete, so the owning node admits them in the same transaction as the
-completion; links another node owns come back in `forward` and go to their owner with Discover.
+completion; links another node owns are left by that node in its store's outbox for their owners (a node
+without one hands them back in `forward`, and they go to their owner with Discover).
+
+A node that does not answer is backed off (hostring.client.NodeBackoff: exponential, capped, one log line per
+node per interval). A completion is re-sent to whichever node owns its domain until the lease's deadline: a
+dead owner's successor adopts the leased row and settles it. A node that lost its store (NodeStoreLost) ends a
+run that waits for the crawl to drain, since that crawl can no longer end; a long-running worker keeps trying.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from fetch_worker.fetch import Fetcher, FetchResult, media_type
 from fetch_worker.links import extract_links
 from fetch_worker.metrics import WorkerMetrics
 from fetch_worker.warc import WarcWriter, payload_digest
-from hostring.client import CompletionBatcher, NodeClients, Router
+from hostring.client import CompletionBatcher, NodeClients, NodeStoreLost, Router, store_lost_reason
 from hostring.fingerprint import body_digest, simhash64
 from hostring.urls import reference_key
 from hostring.v1 import frontier_pb2 as pb
@@ -31,6 +37,10 @@ from hostring.v1 import frontier_pb2_grpc as pb_grpc
 log = logging.getLogger("hostring.worker")
 
 ROBOTS_MAX_BYTES = 500 * 1024
+COMPLETE_LINKS = 10_000
+"""Links sent inside one Complete (well under the message limit); a page's further links are routed with Discover
+once the node said they are to be followed."""
+ROUTE_BATCH = 2048
 _SIMHASH_TEXT = 64 * 1024
 _SENT_LIMIT = 1 << 17
 
@@ -77,6 +87,9 @@ class Worker:
         self._sent: set[object] = set()
         self._written: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self.drained_nodes: set[str] = set()
+        self.fatal: NodeStoreLost | None = None
+        """Why a run that waits for the crawl to drain ended early (a node lost its store)."""
+        self._until_drained = False
 
     def stub(self, address: str) -> pb_grpc.FrontierStub:
         return self.clients.stub(address)
@@ -100,19 +113,27 @@ class Worker:
         """Lease and fetch until `stop` is set (or, with until_drained, until every node says it is drained).
 
         Fetches in flight then have `grace_s` to finish; those still running (or all, once `force` is set) are
-        cancelled and handed back to their node at once (a worker_shutdown outcome).
+        cancelled and handed back to their node at once (a worker_shutdown outcome). With until_drained, a node
+        that lost its store ends the run: NodeStoreLost is raised after the in-flight fetches settled (the crawl
+        can no longer drain).
         """
         tasks: set[asyncio.Task[None]] = set()
+        self._until_drained = until_drained
+        backoff = self.clients.backoff
         try:
-            while not stop.is_set():
+            while not stop.is_set() and self.fatal is None:
                 if len(tasks) >= self.max_in_flight:
                     await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
                     continue
                 got = 0
-                for address in self.router.nodes():
+                nodes = list(self.router.nodes())
+                resting = [a for a in nodes if backoff.ready_in(a) > 0]
+                for address in nodes:
                     free = self.max_in_flight - len(tasks)
-                    if free <= 0:
+                    if free <= 0 or self.fatal is not None:
                         break
+                    if address in resting:
+                        continue
                     items = await self._lease(address, min(free, self.lease_batch), wait=not tasks)
                     for item in items:
                         task = asyncio.create_task(self._process(address, item))
@@ -123,8 +144,18 @@ class Worker:
                     return
                 if got == 0 and tasks:
                     await asyncio.wait(tasks, timeout=0.05, return_when=asyncio.FIRST_COMPLETED)
+                elif got == 0 and nodes and len(resting) == len(nodes):
+                    # Every node is resting after failures: wait for the first to be due (or for stop).
+                    wait = min(backoff.ready_in(a) for a in nodes)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), max(0.05, wait))
+                elif not nodes:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), 0.5)
         finally:
             await self._settle(tasks, grace_s, force)
+        if self.fatal is not None:
+            raise self.fatal
 
     async def _settle(self, tasks: set[asyncio.Task[None]], grace_s: float, force: asyncio.Event | None) -> None:
         """On shutdown: let in-flight fetches finish within the grace period (or until `force`); hand the rest back."""
@@ -147,15 +178,28 @@ class Worker:
         with contextlib.suppress(Exception):
             await asyncio.gather(*pending, return_exceptions=True)
 
+    def _store_lost(self, error: NodeStoreLost) -> None:
+        """A node lost its store: fatal for a run until drained (the first one is kept); logged either way."""
+        if self._until_drained:
+            if self.fatal is None:
+                log.error("%s", error)
+                self.fatal = error
+        else:
+            self.clients.backoff.failed(error.address, "a call", f"store_lost: {error.reason}")
+
     async def _lease(self, address: str, n: int, *, wait: bool) -> list[pb.LeaseItem]:
         try:
             resp = await self.stub(address).Lease(
                 pb.LeaseRequest(worker_id=self.worker_id, max_items=n, wait_ms=500 if wait else 0), timeout=10
             )
         except grpc.aio.AioRpcError as e:
-            log.warning("lease from %s failed: %s", address, e.code().name)
-            await asyncio.sleep(0.5)
+            reason = store_lost_reason(e)
+            if reason is not None:
+                self._store_lost(NodeStoreLost(address, reason))
+            else:
+                self.clients.backoff.failed(address, "Lease", e)
             return []
+        self.clients.backoff.succeeded(address)
         if resp.drained:
             self.drained_nodes.add(address)
         else:
@@ -168,7 +212,8 @@ class Worker:
         self.stats.in_flight += 1
         if self.metrics is not None:
             self.metrics.in_flight.inc()
-        renewer = asyncio.create_task(self._keep_renewed(address, item))
+        deadline = [item.deadline_ms / 1000.0]
+        renewer = asyncio.create_task(self._keep_renewed(address, item, deadline))
         outcome = pb.Outcome(retry_after_s=-1)
         links: list[pb.Link] = []
         try:
@@ -193,14 +238,14 @@ class Worker:
             outcome = pb.Outcome(error_class="worker_shutdown", retry_after_s=-1)
             renewer.cancel()
             with contextlib.suppress(grpc.aio.AioRpcError, asyncio.CancelledError):
-                await asyncio.shield(self._complete(address, item, outcome, []))
+                await asyncio.shield(self._complete(address, item, outcome, [], deadline[0]))
             raise
         finally:
             renewer.cancel()
             self.stats.in_flight -= 1
             if self.metrics is not None:
                 self.metrics.in_flight.dec()
-        await self._complete(address, item, outcome, links)
+        await self._complete(address, item, outcome, links, deadline[0])
 
     def _outcome(self, r: FetchResult) -> pb.Outcome:
         return pb.Outcome(
@@ -274,48 +319,70 @@ class Worker:
                 self._written.popitem(last=False)
         return record_id
 
-    async def _complete(self, address: str, item: pb.LeaseItem, outcome: pb.Outcome, links: list[pb.Link]) -> None:
+    async def _complete(
+        self, address: str, item: pb.LeaseItem, outcome: pb.Outcome, links: list[pb.Link], deadline: float
+    ) -> None:
+        """Settle the lease on the owner of its domain, trying until the lease's deadline (wall clock).
+
+        A wrong-owner answer or a node that does not answer sends it to the domain's owner at the newest ring
+        (the lease lives on in the shared store: the new owner adopted the leased row and settles it). After the
+        deadline the lease has expired and the item will be handed out again, so there is nothing left to settle.
+        """
+        links, more = links[:COMPLETE_LINKS], links[COMPLETE_LINKS:]
         request = pb.CompleteRequest(
             lease_id=item.lease_id, generation=item.generation, outcome=outcome, worker_id=self.worker_id, links=links
         )
-        for attempt in range(6):
-            try:
-                resp = await self._batcher.submit(address, request)
-                if not resp.wrong_owner:
-                    break
-                code = grpc.StatusCode.FAILED_PRECONDITION
-            except grpc.aio.AioRpcError as e:
-                code = e.code()
-            # The node may have lost the domain (wrong owner) or died: the lease lives on in the shared store,
-            # so the domain's owner at the newest epoch can settle it.
-            log.warning("complete on %s failed (%s), retrying", address, code.name)
-            await asyncio.sleep(0.2 * 2**attempt)
-            if code in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.UNAVAILABLE):
-                with contextlib.suppress(Exception):
-                    await self.router.refresh()
-                with contextlib.suppress(LookupError):
-                    address = self.router.owner(item.domain) if item.domain else address
-        else:
-            log.error("could not complete %s; its lease will expire and it will be handed out again", item.url)
-            return
+        backoff = self.clients.backoff
+        while True:
+            wait = backoff.ready_in(address)
+            if wait <= 0:
+                try:
+                    resp = await self._batcher.submit(address, request)
+                except grpc.aio.AioRpcError as e:
+                    reason = store_lost_reason(e)
+                    if reason is not None:
+                        self._store_lost(NodeStoreLost(address, reason))
+                        if self._until_drained:
+                            return
+                    else:
+                        backoff.failed(address, "Complete", e)
+                else:
+                    if not resp.wrong_owner:
+                        backoff.succeeded(address)
+                        break
+                    wait = 0.2
+                wait = max(wait, backoff.ready_in(address))
+            if time.time() + min(wait, 0.05) >= deadline:
+                log.error("could not complete %s before its lease's deadline; it will be handed out again", item.url)
+                return
+            await asyncio.sleep(max(0.05, min(wait, deadline - time.time())))
+            with contextlib.suppress(Exception):
+                await self.router.refresh()
+            with contextlib.suppress(LookupError):
+                address = self.router.owner(item.domain) if item.domain else address
         if not resp.accepted:
             self.stats.stale += 1
         elif resp.follow_links:
             self._remember(links)
-        self.stats.links_sent += len(links)
+            if more:
+                await self.route(more)
+        self.stats.links_sent += len(links) + (len(more) if resp.accepted and resp.follow_links else 0)
         if resp.forward:
             await self.route(resp.forward)
 
     async def route(self, links: Sequence[pb.Link]) -> None:
-        """Send links to the nodes that own their domains (see NodeClients.route)."""
-        await self.clients.route(links)
+        """Send links to the nodes that own their domains, waiting as long as it takes (see NodeClients.route)."""
+        try:
+            await self.clients.route(links, deadline_s=None, batch=ROUTE_BATCH)
+        except NodeStoreLost as e:
+            self._store_lost(e)
 
-    async def _keep_renewed(self, address: str, item: pb.LeaseItem) -> None:
-        """Renew the lease at half its remaining time, for as long again as first granted, while the fetch goes on."""
-        deadline = item.deadline_ms / 1000.0
-        span_ms = int(max(1.0, deadline - time.time()) * 1000)
+    async def _keep_renewed(self, address: str, item: pb.LeaseItem, deadline: list[float]) -> None:
+        """Renew the lease at half its remaining time, for as long again as first granted, while the fetch goes on;
+        `deadline[0]` follows the deadline the node granted."""
+        span_ms = int(max(1.0, deadline[0] - time.time()) * 1000)
         while True:
-            await asyncio.sleep(max(0.5, (deadline - time.time()) / 2))
+            await asyncio.sleep(max(0.5, (deadline[0] - time.time()) / 2))
             try:
                 resp = await self.stub(address).Renew(
                     pb.RenewRequest(lease_id=item.lease_id, generation=item.generation, extend_ms=span_ms),
@@ -325,4 +392,4 @@ class Worker:
                 continue
             if not resp.ok:
                 return
-            deadline = resp.deadline_ms / 1000.0
+            deadline[0] = resp.deadline_ms / 1000.0

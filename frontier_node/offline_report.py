@@ -6,9 +6,10 @@ node writing it is not disturbed. The counts are `frontier_node.report.coverage_
 `CoverageInput` built from the file), and the journal adds what only it knows: how many times each identity was
 leased, and whether its last journal entry agrees with its current state.
 
-Links suppressed by a budget and Discover verdicts are counters of the node; a node stores them as it goes (in
-the meta table), and the report reads them from there. A store written by a node that kept no such counters
-lacks them: `not_in_store` names what is missing (`hostring report --node` asks a live node instead).
+What the node kept in memory is in the store too: Discover verdicts (meta "counters.verdicts", written with each
+Discover) and budget breaches (meta "breaches:<domain>", per domain so they travel with a handoff). A store written
+by a node that kept no verdicts lacks them: `not_in_store` names what is missing (`hostring report --node` asks a
+live node instead).
 """
 
 from __future__ import annotations
@@ -24,10 +25,10 @@ from frontier_node.core.records import Item, Kind
 from frontier_node.core.states import State
 from frontier_node.core.views import CoverageInput
 from frontier_node.report import coverage_report
-from frontier_node.store.sqlite import ITEM_COLUMNS
+from frontier_node.store.sqlite import BREACHES_META, ITEM_COLUMNS
 
 NOT_IN_STORE = ("suppressed_by_rule", "discovered_by_verdict")
-_VERDICTS, _BREACHES = "counters.verdicts", "counters.breaches"  # meta names the core writes (core/frontier.py)
+_VERDICTS = "counters.verdicts"  # the meta name the core writes (core/frontier.py)
 _EXAMPLES = 10
 
 
@@ -75,7 +76,7 @@ def store_report(path: Path, *, dispositions: bool = False) -> dict[str, Any]:
     try:
         con.execute("BEGIN")  # one read snapshot for items, journal and meta
         run_row = con.execute("SELECT value FROM meta WHERE name = 'run_id'").fetchone()
-        counters = dict(con.execute("SELECT name, value FROM meta WHERE name IN (?, ?)", (_VERDICTS, _BREACHES)))
+        counters = dict(con.execute("SELECT name, value FROM meta WHERE name = ?", (_VERDICTS,)))
         items = [_item(r) for r in con.execute(f"SELECT {', '.join(_REPORT_COLUMNS)} FROM items ORDER BY rowid")]
         leases = Counter(dict(con.execute("SELECT key, COUNT(*) FROM journal WHERE event = 'lease' GROUP BY key")))
         last = dict(
@@ -85,19 +86,22 @@ def store_report(path: Path, *, dispositions: bool = False) -> dict[str, Any]:
             )
         )
         entries = con.execute("SELECT COUNT(*) FROM journal").fetchone()[0]
+        stored = con.execute(
+            "SELECT value FROM meta WHERE substr(name, 1, ?) = ?", (len(BREACHES_META), BREACHES_META)
+        ).fetchall()
         con.execute("COMMIT")
     except sqlite3.DatabaseError as e:
         raise StoreReadError(f"{path}: cannot read the store: {e}") from e
     finally:
         con.close()
-    verdicts = breaches = None
+    verdicts = None
     try:
         if _VERDICTS in counters:
             verdicts = {(str(v), str(r)): int(n) for v, r, n in json.loads(counters[_VERDICTS])}
-        if _BREACHES in counters:
-            breaches = list(json.loads(counters[_BREACHES]))
+        breaches = [b for (value,) in stored for b in json.loads(value)]
     except (ValueError, TypeError) as e:
         raise StoreReadError(f"{path}: unreadable counters in the store's meta table: {e}") from e
+    breaches.sort(key=lambda b: (-int(b.get("count", 0)), str(b.get("rule")), str(b.get("pattern"))))
     source = CoverageInput(str(run_row[0]) if run_row else "", items, breaches, verdicts)
     report = coverage_report(source, dispositions=dispositions)
     pages = [it for it in items if it.kind is Kind.PAGE and it.state is not State.REJECTED]

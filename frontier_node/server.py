@@ -31,7 +31,7 @@ from prometheus_client import CollectorRegistry
 
 from frontier_node.core.config import FrontierConfig
 from frontier_node.core.frontier import Frontier
-from frontier_node.core.ports import Outbox, Store
+from frontier_node.core.ports import Outbox, Store, StoreLost
 from frontier_node.core.views import FrontierStats
 from frontier_node.metrics import StoreTimer, node_registry
 from frontier_node.reading import SqliteReader, StoreReader
@@ -88,6 +88,8 @@ class RunningNode:
         _run(self.loop, self.health.enter_graceful_shutdown(), timeout=5.0)
         if self.membership is not None:
             self.membership.stop(leave=leave)
+        if self.slice is not None:
+            self.slice.stop()  # its inbox poller
         self._stop.set()
         self.service.core.release_waiters()  # parked Leases answer now instead of holding the shutdown up
         try:
@@ -140,8 +142,8 @@ def start_node(
     store: Store
     slice_: Slice | None = None
     reader: StoreReader | None = None
-    # A clustered node leaves links other nodes own in its store's outbox once RedisStore implements Outbox;
-    # until then they travel back in the reply, bounded by the message limit.
+    # A clustered node leaves links other nodes own in its store's outbox (the owners' inboxes in Redis); a
+    # standalone node owns every domain, so nothing is ever forwarded there.
     outbox: Outbox | None = None
     if clustered:
         if not store_url.startswith(("redis://", "rediss://")):
@@ -155,6 +157,7 @@ def start_node(
         holder.append(slice_)
         frontier = Frontier(store, WallClock(), config, run_id=run_id, owns=slice_.owns, recover=False)
         slice_.frontier = frontier
+        outbox = store
         reader = RedisStore.from_url(store_url, node_id=node_id, epoch=lambda: holder[0].epoch())
     else:
         store = open_store(store_url)
@@ -275,6 +278,8 @@ def _catch_up(slice_: Slice, stop: threading.Event) -> None:
     while not stop.wait(_CATCH_UP_S):
         try:
             slice_.catch_up()
+        except StoreLost:
+            return  # the slice logged it once by name and turned health off; nothing more to adopt
         except Exception:
             log.exception("catch-up adoption failed; the next one tries again")
 

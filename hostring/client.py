@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
+import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import grpc
 
-from hostring.limits import MAX_COMPLETIONS_PER_BATCH, MAX_LINKS_PER_COMPLETE, MAX_MESSAGE_BYTES
+from hostring.limits import MAX_COMPLETIONS_PER_BATCH, MAX_LINKS_PER_COMPLETE, MAX_MESSAGE_BYTES, grpc_options
 from hostring.security import INSECURE, TlsConfig
 from hostring.urls import domain_of
 from hostring.v1 import frontier_pb2 as pb
@@ -23,10 +25,17 @@ from hostring.v1 import frontier_pb2_grpc as pb_grpc
 log = logging.getLogger("hostring.client")
 
 DISCOVER_BATCH = 256
-# How long links wait for an owner: longer than a heartbeat timeout, so a node that died (and still stands in
-# the ring until the coordinator notices) does not make its links vanish.
+# How long `route` waits for owners by default (the `hostring seed` command): longer than a heartbeat timeout, so
+# a node that died (and still stands in the ring until the coordinator notices) does not make its links vanish.
+# A worker passes None: its links wait as long as it takes.
 ROUTE_DEADLINE_S = 120.0
 _BATCH_BYTES = MAX_MESSAGE_BYTES // 2  # a CompleteBatch's request, leaving the reply room for forwarded links
+STORE_LOST = "store_lost"
+"""The prefix of the details of a node's answer when its store lost data (UNAVAILABLE "store_lost: <reason>")."""
+# Codes that say "this node cannot answer now" (as opposed to "your request is wrong"): back off from it.
+_UNREACHABLE = frozenset(
+    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN}
+)
 
 
 class Router(Protocol):
@@ -58,11 +67,106 @@ class StaticRouter:
         return None
 
 
+class NodeStoreLost(RuntimeError):
+    """A node answered that its store lost data: nothing it says can be trusted until an operator restores it."""
+
+    def __init__(self, address: str, reason: str) -> None:
+        super().__init__(
+            f"store_lost: node {address} lost its store ({reason}); its queued and in-flight URLs are gone. "
+            "Fix: run Redis with appendonly yes (deploy/README.md), restore it or start a new crawl, and restart "
+            "the nodes"
+        )
+        self.address = address
+        self.reason = reason
+
+
+def store_lost_reason(error: grpc.RpcError) -> str | None:
+    """The reason of a node's "store_lost: <reason>" answer, or None when the error is something else.
+
+    The node answers UNAVAILABLE with those details; an older node whose shell does not map the error answers
+    UNKNOWN with the exception's text, which carries the same words.
+    """
+    details_of = getattr(error, "details", None)
+    details = (details_of() if callable(details_of) else "") or ""
+    at = details.find(STORE_LOST + ":")
+    if at < 0:
+        return None
+    return details[at + len(STORE_LOST) + 1 :].strip() or "unknown"
+
+
+class NodeBackoff:
+    """Per node address: consecutive failures, when to try it again, and one log line per node per interval.
+
+    A node that does not answer is tried again after an exponential delay (capped, with jitter), so a dead
+    owner costs each worker a call every few seconds rather than dozens; what waits for it (links,
+    completions) waits, it is never dropped. A node that answers again is logged once and tried at once.
+    """
+
+    def __init__(
+        self,
+        *,
+        first_s: float = 0.2,
+        cap_s: float = 5.0,
+        log_every_s: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.first_s, self.cap_s, self.log_every_s = first_s, cap_s, log_every_s
+        self._clock = clock
+        self._failures: dict[str, int] = {}
+        self._ready_at: dict[str, float] = {}
+        self._logged_at: dict[str, float] = {}
+
+    def ready_in(self, address: str) -> float:
+        """Seconds until `address` may be tried again (0 when it may be tried now)."""
+        return max(0.0, self._ready_at.get(address, 0.0) - self._clock())
+
+    def failures(self, address: str) -> int:
+        return self._failures.get(address, 0)
+
+    def failed(self, address: str, what: str, error: grpc.RpcError | str) -> float:
+        """Note a failed call; the seconds to wait before the next one. Logs at most once per node per interval."""
+        n = self._failures[address] = self._failures.get(address, 0) + 1
+        delay: float = min(self.cap_s, self.first_s * 2.0 ** (n - 1)) * random.uniform(0.75, 1.0)
+        now = self._clock()
+        self._ready_at[address] = now + delay
+        if now - self._logged_at.get(address, -1e18) >= self.log_every_s:
+            self._logged_at[address] = now
+            log.warning(
+                "node %s: %s failed (%s), %d failure(s) in a row; backing off up to %.1f s between tries, "
+                "its links and completions wait",
+                address,
+                what,
+                _describe(error),
+                n,
+                self.cap_s,
+            )
+        return delay
+
+    def succeeded(self, address: str) -> None:
+        n = self._failures.pop(address, 0)
+        self._ready_at.pop(address, None)
+        if n:
+            self._logged_at.pop(address, None)
+            log.info("node %s answers again after %d failed call(s)", address, n)
+
+
+def _describe(error: grpc.RpcError | str) -> str:
+    if isinstance(error, str):
+        return error
+    code = getattr(error, "code", None)
+    details = getattr(error, "details", None)
+    name = code().name if callable(code) else type(error).__name__
+    text = (details() if callable(details) else "") or ""
+    return f"{name}: {text[:200]}" if text else name
+
+
 class NodeClients:
-    """One channel per node address, and Discover routed to owners with re-sends on wrong-owner or a lost node.
+    """One channel per node, and Discover routed to owners with re-sends on wrong-owner or an unreachable node.
 
     Channels use `tls` when given, else the router's own `.tls` (a RingWatcher or StaticRouter carries the
-    process's TlsConfig), else plaintext: a worker reaches the nodes exactly as it reaches the coordinator.
+    process's TlsConfig), else plaintext: a worker reaches the nodes exactly as it reaches the coordinator. They
+    carry the one message limit of hostring.limits (and `channel_options` on top). `backoff` remembers which
+    nodes failed lately: callers skip a node while it rests.
     """
 
     def __init__(
@@ -72,13 +176,17 @@ class NodeClients:
         worker_id: str,
         channel_options: Sequence[tuple[str, object]] = (),
         tls: TlsConfig | None = None,
+        backoff: NodeBackoff | None = None,
     ) -> None:
         self.router = router
         self.worker_id = worker_id
         self.tls: TlsConfig = tls or getattr(router, "tls", None) or INSECURE
-        self._options = list(channel_options)
+        options: dict[str, object] = dict(grpc_options())
+        options.update(channel_options)
+        self._options = list(options.items())
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._stubs: dict[str, pb_grpc.FrontierStub] = {}
+        self.backoff = backoff or NodeBackoff()
 
     def stub(self, address: str) -> pb_grpc.FrontierStub:
         stub = self._stubs.get(address)
@@ -96,15 +204,21 @@ class NodeClients:
         self,
         links: Sequence[pb.Link],
         on_verdicts: Callable[[Sequence[pb.Link], Sequence[pb.LinkVerdict]], None] | None = None,
+        *,
+        deadline_s: float | None = ROUTE_DEADLINE_S,
+        batch: int = DISCOVER_BATCH,
     ) -> int:
-        """Send links to the owners of their domains; the number that found no owner by the deadline.
+        """Send links to the owners of their domains; the number still without an owner after `deadline_s`.
 
+        With deadline_s=None the links wait for as long as it takes (a dead owner leaves the ring after its
+        heartbeat timeout, and its successor takes them). Raises NodeStoreLost when an owner lost its store.
         `on_verdicts(chunk, verdicts)` sees every answered Discover (WRONG_OWNER verdicts included: those links
         are sent again, and answered again later).
         """
         pending = list(links)
-        deadline = asyncio.get_running_loop().time() + ROUTE_DEADLINE_S
-        round_ = 0
+        loop = asyncio.get_running_loop()
+        deadline = None if deadline_s is None else loop.time() + deadline_s
+        backoff = self.backoff
         while True:
             by_owner: dict[str, list[pb.Link]] = {}
             try:
@@ -113,32 +227,39 @@ class NodeClients:
             except LookupError:
                 by_owner = {}
             retry: list[pb.Link] = [] if by_owner else pending
-            for address, batch in by_owner.items():
-                for i in range(0, len(batch), DISCOVER_BATCH):
-                    chunk = batch[i : i + DISCOVER_BATCH]
+            for address, group in by_owner.items():
+                if backoff.ready_in(address) > 0:
+                    retry += group
+                    continue
+                for i in range(0, len(group), batch):
+                    chunk = group[i : i + batch]
                     try:
                         resp = await self.stub(address).Discover(
                             pb.DiscoverRequest(links=chunk, worker_id=self.worker_id), timeout=30
                         )
                     except grpc.aio.AioRpcError as e:
-                        log.warning("discover on %s failed (%s); will re-route", address, e.code().name)
-                        retry += chunk
-                        continue
+                        reason = store_lost_reason(e)
+                        if reason is not None:
+                            raise NodeStoreLost(address, reason) from None
+                        backoff.failed(address, "Discover", e)
+                        retry += group[i:]
+                        break
+                    backoff.succeeded(address)
                     if on_verdicts is not None:
                         on_verdicts(chunk, resp.verdicts)
                     retry += [link for link, v in zip(chunk, resp.verdicts, strict=True) if v.verdict == pb.WRONG_OWNER]
             if not retry:
                 return 0
             pending = retry
-            if asyncio.get_running_loop().time() >= deadline:
+            if deadline is not None and loop.time() >= deadline:
                 break
-            await asyncio.sleep(min(2.0, 0.1 * 2**round_))
-            round_ += 1
+            waits = [backoff.ready_in(a) for a in by_owner] or [1.0]
+            await asyncio.sleep(min(max(min(waits), 0.05), 2.0))
             try:
                 await self.router.refresh()
             except Exception as e:  # the coordinator may be restarting: keep the links and try again
-                log.warning("ring refresh failed: %s", e)
-        log.error("%d links found no owner within %.0f s", len(pending), ROUTE_DEADLINE_S)
+                backoff.failed("coordinator", "GetRing", str(e))
+        log.error("%d links found no owner within %.0f s", len(pending), deadline_s or 0.0)
         return len(pending)
 
 

@@ -78,7 +78,7 @@ class NodeMembership:
         tls: TlsConfig | None = None,
         admin_token: str | None = None,
     ) -> None:
-        """`tls` secures the channel to the coordinator; `admin_token` is sent with Register and Leave."""
+        """`tls` secures the channel to the coordinator; `admin_token` is sent with Register, Heartbeat and Leave."""
         Member(node_id, address, weight)  # validate early, in the caller's thread
         self.coordinator_addr = coordinator_addr
         self.node_id, self.address, self.weight = node_id, address, weight
@@ -187,6 +187,7 @@ class NodeMembership:
                     resp = self._stub.Heartbeat(
                         pb.HeartbeatRequest(node_id=self.node_id),
                         wait_for_ready=True,
+                        metadata=self._admin,
                         timeout=max(0.1, min(self._rpc_timeout, self._interval * 1.5)),
                     )
                     if not resp.ok:

@@ -5,8 +5,9 @@ certificate and key speaks TLS; with a CA as well it requires and verifies clien
 A client verifies the server against the CA (the system roots without one) and presents its own certificate
 when it has one. With no files at all everything stays plaintext, as before: `INSECURE`.
 
-Admin token: administrative RPCs (pausing a host, changing its policy, joining or leaving the ring) need gRPC
-metadata `authorization: Bearer <token>` when the server has a token, from `$HOSTRING_ADMIN_TOKEN` or a file.
+Admin token: administrative RPCs (pausing a host, changing its policy; joining, heartbeating in or leaving the
+ring) need gRPC metadata `authorization: Bearer <token>` when the server has a token, from `$HOSTRING_ADMIN_TOKEN`
+or a file.
 The check is a server interceptor (sync and asyncio flavours), so the servicers stay unaware of it. A server
 without a token leaves those RPCs open: every deployment should set one (the shipped manifests do).
 """
@@ -45,8 +46,12 @@ FRONTIER_ADMIN_METHODS = frozenset(
         "/hostring.v1.Frontier/Reconsider",
     }
 )
-COORDINATOR_ADMIN_METHODS = frozenset({"/hostring.v1.Coordinator/Register", "/hostring.v1.Coordinator/Leave"})
-# All are unary-unary calls: the refusal handlers below answer that call shape only.
+COORDINATOR_ADMIN_METHODS = frozenset(
+    {"/hostring.v1.Coordinator/Register", "/hostring.v1.Coordinator/Heartbeat", "/hostring.v1.Coordinator/Leave"}
+)
+"""Membership changes and signs of life: with a token set, a Heartbeat without it could keep a dead node's id in
+the ring (its domains would stall), so it needs the token as much as Register and Leave do."""
+# All of these are unary-unary calls: the refusal handlers below answer that call shape only.
 
 ChannelOptions = Sequence[tuple[str, Any]]
 

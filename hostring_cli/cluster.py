@@ -203,7 +203,13 @@ def cmd_worker(args: argparse.Namespace) -> int:
             if watcher is not None:
                 await watcher.close()
 
-    asyncio.run(run())
+    from hostring.client import NodeStoreLost
+
+    try:
+        asyncio.run(run())
+    except NodeStoreLost as e:
+        print(f"hostring worker: {e}", file=sys.stderr)
+        return 3
     return 0
 
 

@@ -79,6 +79,8 @@ class Cluster:
     user_agent: str | None = UA
     log_level: str = "INFO"
     channel_options: Sequence[tuple[str, Any]] = ()
+    node_args: Sequence[str] = ()
+    """Extra `hostring node` flags (e.g. --max-depth)."""
 
     def __post_init__(self) -> None:
         self.procs: dict[str, Proc] = {}
@@ -125,11 +127,12 @@ class Cluster:
         self.procs[name] = proc
         return proc
 
-    def start_coordinator(self) -> None:
-        proc = self._start("coordinator", "coordinator", "--listen", "127.0.0.1:0", "--redis", self.redis_url,
+    def start_coordinator(self, port: int = 0, name: str = "coordinator") -> None:
+        """Start the coordinator (on `port`, e.g. the one a killed coordinator had, so every process finds it)."""
+        proc = self._start(name, "coordinator", "--listen", f"127.0.0.1:{port}", "--redis", self.redis_url,
                            "--heartbeat-timeout", str(self.heartbeat_timeout))  # fmt: skip
         self.coordinator = f"127.0.0.1:{proc.port()}"
-        self.note(f"coordinator up at {self.coordinator}")
+        self.note(f"{name} up at {self.coordinator}")
 
     def start_nodes(self, *node_ids: str) -> dict[str, Proc]:
         """Start nodes at once (their imports overlap), then wait for each one's port."""
@@ -138,7 +141,7 @@ class Cluster:
         procs = {
             node_id: self._start(node_id, "node", "--coordinator", self.coordinator, "--id", node_id,
                                  "--listen", "127.0.0.1:0", "--store", self.redis_url, "--delay", str(self.delay),
-                                 *extra)
+                                 *extra, *self.node_args)
             for node_id in node_ids
         }  # fmt: skip
         for node_id, proc in procs.items():
@@ -146,11 +149,14 @@ class Cluster:
             self.note(f"node {node_id} listening at {self.addresses[node_id]}")
         return procs
 
-    def start_workers(self, *worker_ids: str) -> None:
+    def start_workers(self, *worker_ids: str, until_drained: bool = False) -> None:
+        """Start workers; with `until_drained` each exits once every node says it is drained (its exit code
+        and last words are then the judge)."""
         for wid in worker_ids:
             self._start(wid, "worker", "--coordinator", self.coordinator, "--allow-network", LOOPBACK, "--id", wid,
                         *(["--user-agent", self.user_agent] if self.user_agent else []),
-                        "--fetch-timeout", "10", "--grace", "1")  # fmt: skip
+                        "--fetch-timeout", "10", "--grace", "1",
+                        *(["--until-drained"] if until_drained else []))  # fmt: skip
         self.note(f"workers {', '.join(worker_ids)} started")
 
     # ---- gRPC

@@ -19,7 +19,7 @@ from hostring_testing.identity import PCT_RE, UNRESERVED
 from hostring_testing.pages import TEXT, Key, Page, Site, paragraph, redirect_page, robots_page, under_trap
 from hostring_testing.robots import robots_allowed
 
-__all__ = ["LinkSpec", "PageSpec", "RobotsSpec", "WebModel", "random_model", "render_model"]
+__all__ = ["LinkSpec", "PageSpec", "RobotsSpec", "WebModel", "mirror_across", "random_model", "render_model"]
 
 
 @dataclass
@@ -470,3 +470,19 @@ def random_model(
     allowed_roots = [lb for lb in labels if robots[lb].kind != "unavailable"]
     seed_keys = [(lb, "/") for lb in allowed_roots[: max(1, seeds)]]
     return WebModel(origins=labels, pages=pages, robots=robots, seeds=seed_keys, traps=traps, user_agent=user_agent)
+
+
+def mirror_across(model: WebModel, original: str, copy: str, tag: str = "twin") -> tuple[Key, Key, Key]:
+    """Add a page of origin `original` mirrored on origin `copy`: (original, its copy, a page only the original's
+    links reach). The original is linked from its root and links the copy absolutely, so the copy is reached only
+    after the original; its other link is relative, so on the copy it would lead to `copy`'s own missing page.
+    A crawler that recognises the copy's body (whichever node fetched the original) never follows it."""
+    src, dst, only = (original, f"/{tag}-src"), (copy, f"/{tag}-copy"), (original, f"/{tag}-only")
+    model.pages[only] = PageSpec(title=f"{tag} only")
+    model.pages[src] = PageSpec(
+        links=[LinkSpec(dst, href=f"{{{{origin:{copy}}}}}{dst[1]}"), LinkSpec(only, href=only[1].lstrip("/"))],
+        title=f"{tag} original",
+    )
+    model.pages[dst] = PageSpec(mirror_of=src)
+    model.pages[(original, "/")].links.append(LinkSpec(src, href=src[1]))
+    return src, dst, only

@@ -16,7 +16,7 @@ from hostring_testing.pages import Key, under_trap
 if TYPE_CHECKING:
     from hostring_testing.server import LocalWeb
 
-__all__ = ["Oracle", "needed_depth", "oracle_for"]
+__all__ = ["Oracle", "body_of", "needed_depth", "oracle_for"]
 
 
 @dataclass
@@ -66,8 +66,25 @@ class Oracle:
         }
 
 
-def oracle_for(model: WebModel) -> Oracle:
-    """Brute-force BFS over the model: robots, nofollow, meta nofollow, redirects, mirrors, traps."""
+def body_of(model: WebModel, key: Key) -> Key:
+    """The page whose rendered body `key` serves: its mirror_of chain's end (itself for a page of its own)."""
+    seen = {key}
+    spec = model.pages.get(key)
+    while spec is not None and spec.mirror_of is not None and spec.mirror_of not in seen:
+        key = spec.mirror_of
+        seen.add(key)
+        spec = model.pages.get(key)
+    return key
+
+
+def oracle_for(model: WebModel, *, dedup_bodies: bool = False) -> Oracle:
+    """Brute-force BFS over the model: robots, nofollow, meta nofollow, redirects, mirrors, traps.
+
+    With `dedup_bodies`, a page whose exact body was already expanded (the twin reached first in BFS order) is
+    fetched but its links are not followed, as a crawler that dedups bodies by digest does. The webs this is
+    used on reach a mirror of another origin only through its original, so "first" does not depend on timing.
+    """
+    expanded: set[Key] = set()
     seen: set[Key] = set(model.seeds)
     queue: deque[Key] = deque(model.seeds)
     reachable: set[Key] = set()
@@ -101,6 +118,11 @@ def oracle_for(model: WebModel) -> Oracle:
         source = model.pages[spec.mirror_of] if spec.mirror_of is not None else spec
         if spec.status != 200 or source.meta_nofollow:
             continue
+        if dedup_bodies:
+            body = body_of(model, key)
+            if body in expanded:
+                continue
+            expanded.add(body)
         for link in source.links:
             if not link.nofollow:
                 push(link.target)

@@ -552,6 +552,7 @@ def test_compose_topology(compose: dict[str, Any]) -> None:
     redis = services["redis"]
     command = redis["command"]
     assert _flag(command, "--appendonly") == "yes", "Redis must run with the append-only file on"
+    assert _flag(command, "--appendfsync") in ("everysec", "always"), "the AOF must be fsynced at least every second"
     assert _flag(command, "--maxmemory-policy") == "noeviction", "Redis must never evict frontier state"
     assert any(str(v).endswith(":/data") for v in redis["volumes"]), "Redis data must live on a volume"
     assert any(str(v).split(":")[0] in compose["volumes"] for v in redis["volumes"]), "a named volume, not a bind"
@@ -977,6 +978,7 @@ def test_statefulsets_have_their_headless_service(base, overlays) -> None:
     redis = _find(base, "StatefulSet", "redis")
     args = redis["spec"]["template"]["spec"]["containers"][0]["args"]
     assert _flag(args, "--appendonly") == "yes" and _flag(args, "--maxmemory-policy") == "noeviction"
+    assert _flag(args, "--appendfsync") in ("everysec", "always"), "the AOF must be fsynced at least every second"
     assert redis["spec"]["volumeClaimTemplates"], "Redis keeps its data on a PersistentVolumeClaim"
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
+
 from frontier_node.core.config import FrontierConfig, PolitenessConfig
 from frontier_node.core.frontier import Frontier
 from frontier_node.core.records import Kind, Link, Outcome
@@ -101,3 +103,43 @@ def test_robots_redirect_to_another_nodes_domain_is_not_followed() -> None:
     page = store.get("http://www.mine.example/a")
     assert page is not None and page.state.value == "suppressed" and page.reason == "robots_redirect_elsewhere"
     assert f.drained
+
+
+class _FlakyStore(MemoryStore):
+    """A store whose next backlog read fails, as a Redis that is away for a moment does."""
+
+    fail_next = False
+
+    def backlog(self, host: str, after: tuple[int, int], limit: int) -> list:  # type: ignore[type-arg]
+        if self.fail_next:
+            self.fail_next = False
+            raise ConnectionError("redis away")
+        return super().backlog(host, after, limit)
+
+
+def test_a_failed_store_read_during_lease_does_not_strand_the_host() -> None:
+    """A backlog read that fails while a host is being leased: the call fails, but the host's queue is leased by
+    the next call. (Before: the host had left the ready heap and nothing put it back, so its queue waited forever.)"""
+    clock, store = VirtualClock(), _FlakyStore()
+    f = Frontier(store, clock, CONFIG)
+    f.discover([Link(f"http://www.a.example/p{i}") for i in range(6)])  # window 2: the rest wait in the store
+    robots = f.lease("w", 10)
+    f.complete(robots[0].key, robots[0].generation, Outcome(status=404))
+    pages = []
+    for _ in range(2):
+        clock.advance(1.5)
+        got = f.lease("w", 10)
+        for item in got:
+            f.complete(item.key, item.generation, Outcome(status=200))
+        pages += got
+    assert len(pages) == 2, "the window's two pages went first; the rest are in the store"
+    store.fail_next = True
+    clock.advance(1.5)
+    with pytest.raises(ConnectionError):
+        f.lease("w", 10)
+    for _ in range(10):
+        clock.advance(1.5)
+        for item in f.lease("w", 10):
+            f.complete(item.key, item.generation, Outcome(status=200))
+            pages.append(item)
+    assert len(pages) == 6, f"{6 - len(pages)} pages stranded after one failed store read"

@@ -307,6 +307,7 @@ def test_report_from_store_agrees_with_report_json(tmp_path: Path, processes: li
     # The node stores its Discover verdicts and budget breaches as it goes: the offline report has them too.
     for key in set(live) - {"dispositions", "finish"}:
         assert offline[key] == live[key], key
+    assert live["suppressed_by_rule"], "the crawl breaches a budget (--max-depth), so the report lists it"
     assert offline["not_in_store"] == []
     rows = {r["key"]: r for r in offline["dispositions"]}
     assert len(rows) == len(live["dispositions"])

@@ -53,6 +53,10 @@ class Budgets:
         self.per_domain: Counter[str] = Counter()
         self.variants: Counter[str] = Counter()
         self.breaches: dict[tuple[str, str], Breach] = {}
+        self.domains: dict[tuple[str, str], str] = {}
+        """(rule, pattern) -> the registrable domain a breach belongs to ("" for the whole crawl's)."""
+        self.dirty: set[str] = set()
+        """Domains whose breaches changed since they were last saved."""
 
     def check(self, url: str, host: str, domain: str, depth: int) -> str | None:
         """The rule this URL breaches, recorded as a breach, or None when it may be admitted."""
@@ -79,9 +83,28 @@ class Budgets:
         breach = self.breaches.get((rule, pattern))
         if breach is None:
             self.breaches[(rule, pattern)] = Breach(rule, pattern, url)
+            self.domains[(rule, pattern)] = owner = "" if rule == "pages_total" else domain
         else:
             breach.count += 1
+            owner = self.domains.get((rule, pattern), domain)
+        self.dirty.add(owner)
         return rule
+
+    def of_domain(self, domain: str) -> list[dict[str, object]]:
+        """The breaches of one domain as stored."""
+        return [b.to_dict() for k, b in sorted(self.breaches.items()) if self.domains.get(k, "") == domain]
+
+    def load(self, domain: str, stored: Iterable[dict[str, object]]) -> None:
+        """Take over stored breaches of `domain` (after a restart or a handoff); a larger count seen here wins."""
+        for row in stored:
+            key = (str(row["rule"]), str(row["pattern"]))
+            count = int(str(row.get("count", 1)))
+            breach = self.breaches.get(key)
+            if breach is None:
+                self.breaches[key] = Breach(key[0], key[1], str(row.get("first_example", "")), count)
+            else:
+                breach.count = max(breach.count, count)
+            self.domains[key] = domain
 
     def charge(self, url: str, host: str, domain: str) -> None:
         """Count an admitted page against its budgets."""
@@ -96,16 +119,13 @@ class Budgets:
         """Stop counting pages of hosts and domains another node now owns (query variants stay counted)."""
         for host in hosts:
             self.total -= self.per_host.pop(host, 0)
-        for domain in domains:
+        gone = set(domains)
+        for domain in gone:
             self.per_domain.pop(domain, None)
-
-    def restore(self, report: list[dict[str, object]]) -> int:
-        """Take back the breaches of an earlier process (`report()`'s form); the links they counted."""
-        for b in report:
-            rule, pattern = str(b["rule"]), str(b["pattern"])
-            count = int(str(b["count"]))
-            self.breaches[(rule, pattern)] = Breach(rule, pattern, str(b["first_example"]), count)
-        return sum(b.count for b in self.breaches.values())
+        for key in [k for k, d in self.domains.items() if d in gone]:
+            del self.domains[key]
+            self.breaches.pop(key, None)
+        self.dirty -= gone
 
     def report(self) -> list[dict[str, object]]:
         return [b.to_dict() for b in sorted(self.breaches.values(), key=lambda b: (-b.count, b.rule, b.pattern))]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 from array import array
 
+from frontier_node.core.ports import BodyClaim
+
 _EMPTY = 0
 _MASK = (1 << 64) - 1
 
@@ -112,6 +114,16 @@ class BodyIndex:
                     if (other ^ simhash).bit_count() <= self.max_distance:
                         return key
         return None
+
+    def claim(self, digest: str, simhash: int, key: str) -> BodyClaim:
+        """Register the body of `key` (ports.BodyIndex): the key first fetched with this digest, near or not."""
+        first = self.seen_digest(digest)
+        near = self.near(simhash) not in (None, key)
+        self.add(key, digest, simhash)
+        return BodyClaim(None if first == key else first, near)
+
+    def remember(self, digest: str, simhash: int, key: str) -> None:
+        self.add(key, digest, simhash)
 
     def add(self, key: str, digest: str, simhash: int) -> None:
         if digest:

@@ -15,20 +15,22 @@ import random
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import cast
 
 from frontier_node.core.budgets import Budgets
 from frontier_node.core.config import FrontierConfig
-from frontier_node.core.dedup import BodyIndex, SeenSet, key_hash
+from frontier_node.core.dedup import BodyIndex as MemoryBodyIndex
+from frontier_node.core.dedup import SeenSet, key_hash
 from frontier_node.core.front import FrontLayer
 from frontier_node.core.handback import HANDED_BACK, POLICY_REFUSALS, Handback
 from frontier_node.core.hosts import Host
 from frontier_node.core.journal import pack_admit
 from frontier_node.core.leases import LeaseBook
-from frontier_node.core.ports import Store
+from frontier_node.core.ports import BodyIndex, BreachLog, Outbox, Store
 from frontier_node.core.records import Completion, Entry, Item, Kind, LinkLike, LinkVerdict, OutcomeLike, Verdict
 from frontier_node.core.retry import Action, backoff_s, classify
 from frontier_node.core.robots import RobotsPolicy, RobotsRecord, RobotsVerdict
-from frontier_node.core.robots_items import RobotsItems
+from frontier_node.core.robots_items import RobotsItems, remote_home
 from frontier_node.core.states import Event, State, next_state
 from frontier_node.core.views import CoverageInput, FrontierStats, HostView
 from hostring.clock import Clock
@@ -40,10 +42,10 @@ __all__ = ["Completion", "Frontier", "LeaseError"]
 # Plain-string values of the enums, looked up once: reading `.value` on every transition is measurably slow.
 _VALUE: dict[State | Event, str] = {**{s: s.value for s in State}, **{e: e.value for e in Event}}
 _CACHE_LIMIT = 1 << 15
-# Store meta names of the counters that only live in RAM otherwise: Discover verdicts (written with every Discover,
-# in the same commit as the items they admitted, so they add up after a crash) and budget breaches (at each tick).
+# Store meta name of the Discover verdicts, a counter that only lives in RAM otherwise: written with every Discover,
+# in the same commit as the items it admitted, so the counts add up after a crash. (Budget breaches are stored
+# per domain through the store's BreachLog, so they travel with a handoff.)
 _VERDICTS_META = "counters.verdicts"
-_BREACHES_META = "counters.breaches"
 
 
 class LeaseError(LookupError):
@@ -69,8 +71,12 @@ class Frontier(RobotsItems, Handback):
         owns: Callable[[str], bool] | None = None,
         rng: random.Random | None = None,
         recover: bool = True,
+        outbox: Outbox | None = None,
+        bodies: BodyIndex | None = None,
     ) -> None:
         self._store = store
+        self._outbox = outbox
+        self._breach_log: BreachLog | None = cast(BreachLog, store) if hasattr(store, "save_breaches") else None
         self._clock = clock
         self._config = config = config or FrontierConfig()
         self._owns = owns or (lambda domain: True)
@@ -79,7 +85,7 @@ class Frontier(RobotsItems, Handback):
         self._front = FrontLayer(config.politeness)
         self._leases = LeaseBook()
         self._seen = SeenSet()
-        self._bodies = BodyIndex(config.near_duplicate_distance)
+        self._bodies: BodyIndex = bodies or MemoryBodyIndex(config.near_duplicate_distance)
         self._budgets = Budgets(config.budgets)
         self._counts: Counter[str] = Counter()  # items by state
         self._verdicts: Counter[tuple[str, str]] = Counter()
@@ -93,7 +99,6 @@ class Frontier(RobotsItems, Handback):
         self._run_id = run_id
         self._now = clock.now()
         self._identities: dict[object, tuple[UrlIdentity, int]] = {}
-        self._breaches_saved = 0
         self._recover(rows=recover)
 
     # ================================================================== what it was given
@@ -117,6 +122,17 @@ class Frontier(RobotsItems, Handback):
     def owns(self, domain: str) -> bool:
         """Whether this node owns `domain` (at its current ring epoch, in a cluster)."""
         return self._owns(domain)
+
+    def _clock_now(self) -> float:
+        self._now = self._clock.now()
+        return self._now
+
+    def attach_cluster(self, outbox: Outbox, bodies: BodyIndex | None = None) -> None:
+        """Join a cluster's shared parts: links (and robots hops) other nodes own go to `outbox` instead of back
+        to the caller in Completion.forward, and bodies are registered in the shared `bodies` index."""
+        self._outbox = outbox
+        if bodies is not None:
+            self._bodies = bodies
 
     # ================================================================== admission
 
@@ -177,7 +193,17 @@ class Frontier(RobotsItems, Handback):
             append(LinkVerdict(Verdict.ADMITTED, "", key, domain))
         if out:
             self._store.set_meta(_VERDICTS_META, json.dumps([[v, r, n] for (v, r), n in verdicts.items()]))
+        if budgets.dirty:
+            self._save_breaches()
         return out
+
+    def _save_breaches(self) -> None:
+        """Hand the breaches that changed to the store, one list per domain (coalesced until its flush)."""
+        budgets, log = self._budgets, self._breach_log
+        if log is not None:
+            for domain in sorted(budgets.dirty):
+                log.save_breaches(domain, budgets.of_domain(domain))
+        budgets.dirty.clear()
 
     def _identify(self, observed: str, base: str) -> tuple[UrlIdentity, int]:
         """identify() and the key's fingerprint, remembering recent answers: pages repeat navigation links.
@@ -258,7 +284,14 @@ class Frontier(RobotsItems, Handback):
             host = front.pop_ready(now)
             if host is None:
                 break
-            item = self._next_for(host, now)
+            try:
+                item = self._next_for(host, now)
+            except BaseException:
+                # A store read failed (Redis away for a moment): the host left the heap and nothing else would
+                # put it back, so its queue would wait forever. Back in, and the caller sees the error.
+                for h in (host, *again):
+                    front.wake(h, now)
+                raise
             if item is None:
                 continue
             self._grant(item, host, now, worker_id)
@@ -331,7 +364,8 @@ class Frontier(RobotsItems, Handback):
         """Settle a lease with its outcome and admit the links found, if they are to be followed.
 
         A stale or unknown lease is journaled as late evidence only and its links are dropped. Links whose
-        domain another node owns come back in `forward` for the worker to route.
+        domain another node owns go to the outbox, in the same flush as the completion, when the node has one
+        (a cluster node); else they come back in `forward` for the caller to route.
         """
         self._now = self._clock.now()
         item = self._leases.leased(key)
@@ -363,6 +397,9 @@ class Frontier(RobotsItems, Handback):
                     done.forward.append(link)
                 elif verdict.verdict is Verdict.ADMITTED:
                     done.admitted += 1
+            if done.forward and self._outbox is not None:
+                self._outbox.forward(done.forward)
+                done.forwarded, done.forward = len(done.forward), []
         return done
 
     def _late(self, key: str, generation: int, outcome: OutcomeLike, reason: str) -> Completion:
@@ -398,13 +435,12 @@ class Frontier(RobotsItems, Handback):
             follow = status < 300 or (status < 400 and bool(outcome.location))
             if 300 <= status < 400 and outcome.location:
                 reason = f"{status} -> {outcome.location[:200]}"
-            elif status < 300:
-                first = self._bodies.seen_digest(outcome.body_digest)
+            elif status < 300 and (outcome.body_digest or outcome.simhash):
+                first, near = self._bodies.claim(outcome.body_digest, outcome.simhash, item.key)
                 if first is not None:
                     reason, follow = "duplicate_body", False
-                elif self._bodies.near(outcome.simhash) is not None:
+                elif near:
                     reason = "near_duplicate"
-                self._bodies.add(item.key, outcome.body_digest, outcome.simhash)
             if outcome.nofollow:
                 follow = False
             item.status, item.etag, item.last_modified = status, outcome.etag, outcome.last_modified
@@ -485,6 +521,9 @@ class Frontier(RobotsItems, Handback):
             self._events["lease_expired"] += 1
             if item.attempt >= retry.max_attempts + retry.max_expiries:
                 self._move(item, Event.FAIL, "lease_expired_repeatedly")
+                if item.kind is Kind.ROBOTS and remote_home(item.key) is None:
+                    # Its origin's pages wait for this file: without it they would wait forever.
+                    self._abandon(self._robots_home(item), item.origin, "robots_unavailable")
             else:
                 self._move(item, Event.EXPIRE, "lease_expired")
                 self._requeue(host, item)
@@ -494,14 +533,10 @@ class Frontier(RobotsItems, Handback):
             self._move(item, Event.RESCHEDULE)
             self._requeue(host, item)
             front.wake_now(host)
-        breached = sum(b.count for b in self._budgets.breaches.values()) if self._budgets.breaches else 0
-        if breached != self._breaches_saved:
-            self._breaches_saved = breached
-            self._store.set_meta(_BREACHES_META, json.dumps(self._budgets.report()))
 
     def _requeue(self, host: Host, item: Item) -> None:
         if item.kind is Kind.ROBOTS:
-            host.robots_items[item.origin] = item
+            host.robots_items[self._robots_slot(item)] = item
         else:
             host.push(item, self._config.window)
 
@@ -587,14 +622,19 @@ class Frontier(RobotsItems, Handback):
         verdicts = store.get_meta(_VERDICTS_META)
         if verdicts:
             self._verdicts.update({(str(v), str(r)): int(n) for v, r, n in json.loads(verdicts)})
-        breaches = store.get_meta(_BREACHES_META)
-        if breaches:
-            self._breaches_saved = self._budgets.restore(json.loads(breaches))
         if rows:
             self.adopt(store.items(), store.robots_records())
+            if self._breach_log is not None:
+                for domain, stored in self._breach_log.load_breaches().items():
+                    self._budgets.load(domain, stored)
         store.flush()
 
-    def adopt(self, items: Iterable[Item], robots: Iterable[tuple[str, str, dict[str, object]]]) -> None:
+    def adopt(
+        self,
+        items: Iterable[Item],
+        robots: Iterable[tuple[str, str, dict[str, object]]],
+        breaches: Mapping[str, Iterable[dict[str, object]]] | None = None,
+    ) -> None:
         """Take over rows from the store (after a restart, or a handoff of domains) into RAM.
 
         Queued rows stay in the store (only counted); leased ones keep their deadline, so a host with a fetch
@@ -603,6 +643,8 @@ class Frontier(RobotsItems, Handback):
         now = self._now = self._clock.now()
         front = self._front
         touched: dict[str, Host] = {}
+        for domain, stored in (breaches or {}).items():
+            self._budgets.load(domain, stored)
         for origin, host_name, data in robots:
             front.host(host_name, "").robots[origin] = RobotsRecord.from_dict(data)
         for item in items:
@@ -614,7 +656,7 @@ class Frontier(RobotsItems, Handback):
                 if item.state is State.FAILED or item.state is State.SUPPRESSED:
                     self._abandoned[item.origin] = item.reason.split(":")[0] or "robots_unavailable"
                 else:
-                    host.robots_items[item.origin] = item
+                    host.robots_items[self._robots_slot(item)] = item
                     if item.source and item.source != item.host:
                         front.host(item.source, item.domain).robots_items[item.origin] = item
             else:
@@ -624,7 +666,7 @@ class Frontier(RobotsItems, Handback):
                 if item.state is State.SCHEDULED:
                     host.overflow += 1
                 elif item.state is State.FETCHED and item.digest:
-                    self._bodies.add(item.key, item.digest, 0)
+                    self._bodies.remember(item.digest, 0, item.key)
             if item.state is State.LEASED:
                 host.in_flight += 1
                 self._leases.lend(item)

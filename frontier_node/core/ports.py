@@ -6,8 +6,8 @@ answers an RPC: an item is only reported admitted, leased or completed once its 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
-from typing import Protocol
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import NamedTuple, Protocol
 
 from frontier_node.core.records import Entry, Item, LinkLike
 from frontier_node.core.states import State
@@ -39,6 +39,32 @@ class Outbox(Protocol):
 
     def forward(self, links: Sequence[LinkLike]) -> None:
         """Buffer links for the owners of their domains."""
+
+    def post(self, domain: str, message: Mapping[str, object]) -> None:
+        """Buffer a small JSON-ready message for the owner of `domain` (a robots.txt redirect hop to fetch
+        there, or the outcome of one for the origin's home): delivered like forwarded links."""
+
+
+class BodyClaim(NamedTuple):
+    """What a body index knew of a body before it was claimed: the key first fetched with the exact same body
+    (None when this is the first), and whether a near duplicate (simhash within the distance) was seen."""
+
+    first: str | None
+    near: bool
+
+
+class BodyIndex(Protocol):
+    """Bodies already fetched, for dedup: one node's memory alone, or shared by every node of a cluster.
+
+    `claim` is atomic first-wins for the exact digest: of two nodes claiming the same digest at once, one gets
+    first=None and the other that one's key. A key claiming its own digest again (a revisit) gets first=None.
+    """
+
+    def claim(self, digest: str, simhash: int, key: str) -> BodyClaim:
+        """Register the body of `key`; what was known of it before."""
+
+    def remember(self, digest: str, simhash: int, key: str) -> None:
+        """Register a body fetched before a restart or a handoff (a shared index already has it)."""
 
 
 class Store(Protocol):
@@ -87,3 +113,15 @@ class Store(Protocol):
         """(highest journal seq, highest item seq): counters resume above them after a restart."""
 
     def close(self) -> None: ...
+
+
+class BreachLog(Protocol):
+    """Where budget breaches persist (rule, pattern, first example, count), per registrable domain ("" for rules
+    of the whole crawl): a restarted node, a node that adopts the domain and an offline report see them."""
+
+    def save_breaches(self, domain: str, breaches: Sequence[Mapping[str, object]]) -> None:
+        """Buffer the current breaches of `domain` (they replace the stored ones at the next flush)."""
+
+    def load_breaches(self, domains: Iterable[str] | None = None) -> dict[str, list[dict[str, object]]]:
+        """domain -> its stored breaches, for `domains` (every domain the store knows with None)."""
+        ...

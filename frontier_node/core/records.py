@@ -202,3 +202,5 @@ class Completion:
     reason: str
     admitted: int = 0
     forward: list[LinkLike] = field(default_factory=list)
+    forwarded: int = 0
+    """Links left in the node's outbox for their owners (a cluster node), instead of returned in `forward`."""

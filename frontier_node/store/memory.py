@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from frontier_node.core.records import Entry, Item
 from frontier_node.core.states import State
@@ -17,6 +17,7 @@ class MemoryStore:
         self.rows: dict[str, Item] = {}
         self.robots: dict[str, tuple[str, dict[str, object]]] = {}
         self.meta: dict[str, str] = {}
+        self.breaches: dict[str, list[dict[str, object]]] = {}
         self.flushes = 0
 
     def record(self, entry: Entry, item: Item) -> None:
@@ -31,6 +32,13 @@ class MemoryStore:
 
     def set_meta(self, name: str, value: str) -> None:
         self.meta[name] = value
+
+    def save_breaches(self, domain: str, breaches: Sequence[Mapping[str, object]]) -> None:
+        self.breaches[domain] = [dict(b) for b in breaches]
+
+    def load_breaches(self, domains: Iterable[str] | None = None) -> dict[str, list[dict[str, object]]]:
+        wanted = None if domains is None else set(domains)
+        return {d: [dict(b) for b in bs] for d, bs in self.breaches.items() if wanted is None or d in wanted}
 
     def get_meta(self, name: str) -> str | None:
         return self.meta.get(name)

@@ -23,7 +23,7 @@ import json
 import sqlite3
 import threading
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -82,6 +82,8 @@ _ROBOTS_UPSERT: Final = (
     "INSERT INTO robots (origin, host, record) VALUES (?, ?, ?) "
     "ON CONFLICT (origin) DO UPDATE SET host = excluded.host, record = excluded.record"
 )
+BREACHES_META: Final = "breaches:"
+"""Meta names "breaches:<domain>" hold a domain's budget breaches as a JSON list (core.ports.BreachLog)."""
 _META_UPSERT: Final = (
     "INSERT INTO meta (name, value) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET value = excluded.value"
 )
@@ -298,6 +300,25 @@ class SqliteStore:
         self._meta = {}
 
     # -- reads -----------------------------------------------------------------------------------------
+
+    def save_breaches(self, domain: str, breaches: Sequence[Mapping[str, object]]) -> None:
+        """Buffer a domain's budget breaches (core.ports.BreachLog), kept as the meta value "breaches:<domain>"."""
+        self.set_meta(BREACHES_META + domain, json.dumps(list(breaches), separators=(",", ":"), sort_keys=True))
+
+    def load_breaches(self, domains: Iterable[str] | None = None) -> dict[str, list[dict[str, object]]]:
+        """domain -> its stored budget breaches (every domain with None)."""
+        with self._lock:
+            self._flush_locked()
+            rows = self._con.execute(
+                "SELECT name, value FROM meta WHERE substr(name, 1, ?) = ?", (len(BREACHES_META), BREACHES_META)
+            ).fetchall()
+        wanted = None if domains is None else set(domains)
+        out: dict[str, list[dict[str, object]]] = {}
+        for name, value in rows:
+            domain = str(name)[len(BREACHES_META) :]
+            if wanted is None or domain in wanted:
+                out[domain] = json.loads(value)
+        return out
 
     def get_meta(self, name: str) -> str | None:
         """A named value; a buffered one is answered from the buffer without a flush."""

@@ -5,6 +5,7 @@ forms of rows, journal lines and robots records, `scripts` the Lua scripts and h
 """
 
 from frontier_node.store.redis.codec import EXPORT_FORMAT
-from frontier_node.store.redis.store import AdoptedDomain, FencedOut, RedisClient, RedisStore
+from frontier_node.store.redis.handoff import AdoptedDomain, FencedOut
+from frontier_node.store.redis.store import RedisClient, RedisStore
 
 __all__ = ["EXPORT_FORMAT", "AdoptedDomain", "FencedOut", "RedisClient", "RedisStore"]

@@ -8,6 +8,7 @@ a call answered NOSCRIPT loads them again (on every primary of a Cluster) and is
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from typing import Any, Final
 
 from redis.exceptions import NoScriptError
@@ -137,17 +138,30 @@ class Scripts:
 
         `calls` maps a label to (KEYS, ARGV); the answer maps each label to its reply or the exception it met.
         """
+        return self.run_checked(name, calls)[0]
+
+    def run_checked(
+        self, name: str, calls: dict[str, tuple[list[str], list[object]]], before: Sequence[tuple[str, ...]] = ()
+    ) -> tuple[dict[str, Any], list[Any]]:
+        """run_pipelined, with plain commands `before` the calls in the same pipeline (read first, same round
+        trip); their answers (or the exceptions they met) come second, in order."""
         results: dict[str, Any] = {}
+        found: list[Any] = []
         todo = list(calls)
         for attempt in range(2):
             pipe = self._r.pipeline(transaction=False)
+            if not attempt:
+                for command in before:
+                    pipe.execute_command(*command)
             for label in todo:
                 keys, args = calls[label]
                 pipe.execute_command("EVALSHA", self.shas[name], len(keys), *keys, *args)
             answers = pipe.execute(raise_on_error=False)
+            if not attempt:
+                found, answers = answers[: len(before)], answers[len(before) :]
             results.update(zip(todo, answers, strict=True))
             todo = [label for label in todo if isinstance(results[label], NoScriptError)]
             if not todo or attempt:
                 break
             self.load()
-        return results
+        return results, found

@@ -28,37 +28,46 @@ names it, so a restarted node never reloads a domain another node took. `items()
 snapshots taken at the call, as in the other stores: they read every matching row before yielding the first
 (packed text, decoded lazily), so a restart holds the packed rows of the node's domains in memory once.
 
-Handoff: nodes share one Redis, so the new owner calls `adopt_domain()`: it claims the fence first (the old
-owner is locked out from that moment, so the read that follows is stable) and returns the domain's rows and
-robots records to rebuild RAM state. `export_domain()` / `import_domain()` copy a domain between namespaces
-or Redis deployments.
+Lost data: a Redis that restarted empty (or a Cluster shard that lost its keys) must not be trusted, since the
+node's RAM would go on naming rows that no longer exist. The store opens with the namespace's instance marker
+(`ns:{all}:instance`, a random id set once with SET NX): every flush reads it in its own pipeline, the inbox
+poll reads it every fraction of a second, and a marker that is missing or changed raises StoreLost from then on,
+from every call. The marker lives in the data, so a Redis that restarted with its data (an append-only file)
+keeps it and is not reported lost; Redis's run_id would change there too, which is why it is not used. Writes
+also check, in the same pipeline, that the fences this store set still exist: that catches one Cluster shard
+losing its keys while the marker's shard kept them.
+
+Outbox (core.ports.Outbox): `forward()` and `post()` buffer mail for other domains' owners; the flush writes it
+to their inboxes (mail.py), unfenced, in the node-scoped pipeline.
+
+Handoff (handoff.py, mixed in): nodes share one Redis, so a new owner calls `adopt_domains()`, which claims
+the fences first (the old owner is locked out from that moment, so the reads that follow are stable) and returns
+the rows, robots records and breaches; `export_domain()` / `import_domain()` copy a domain between deployments.
 """
 
 from __future__ import annotations
 
 import heapq
+import json
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 import redis
 from redis.cluster import RedisCluster
 
-from frontier_node.core.ports import Fenced
-from frontier_node.core.records import Entry, Item
+from frontier_node.core.ports import StoreLost
+from frontier_node.core.records import Entry, Item, Kind, LinkLike
 from frontier_node.core.states import State
 from frontier_node.store.redis.codec import (
     EPOCH_LIMIT,
-    EXPORT_FORMAT,
     Keys,
     after_bound,
     check_seq,
     check_tag_free,
-    export_item,
     glob_escape,
-    import_item,
     int_or,
     item_domain,
     json_array,
@@ -75,6 +84,8 @@ from frontier_node.store.redis.codec import (
     unpack_robots,
     unpack_row,
 )
+from frontier_node.store.redis.handoff import Batch, DomainHandoff, FencedOut
+from frontier_node.store.redis.mail import Mailroom, encode, link_messages, link_row
 from frontier_node.store.redis.scripts import Scripts
 from hostring.domains import registrable_domain
 from hostring.urls import ROBOTS_PREFIX, domain_of
@@ -85,52 +96,7 @@ _JOURNAL_WINDOW: Final = 8192
 _SCAN_COUNT: Final = 2000
 
 
-class FencedOut(Fenced):
-    """A write batch refused by a domain's fence: another node owns the domain at the writer's epoch or later.
-
-    Nothing of the batch landed for `domain`. When one flush is refused for several domains, the first is
-    raised and the rest are in `others`; the batches of every other domain did land.
-    """
-
-    def __init__(
-        self, domain: str, writer_epoch: int, fence_epoch: int, owner: str, *, others: tuple[FencedOut, ...] = ()
-    ) -> None:
-        super().__init__(
-            f"domain {domain!r} is fenced: owner {owner!r} at epoch {fence_epoch}, writer epoch {writer_epoch}"
-            + (f" (and {len(others)} more domains)" if others else "")
-        )
-        self.domain = domain
-        self.writer_epoch = writer_epoch
-        self.fence_epoch = fence_epoch
-        self.owner = owner
-        self.others = others
-
-
-@dataclass(slots=True)
-class AdoptedDomain:
-    """What `adopt_domain` hands the new owner: the fence it replaced and the domain's rows and robots records."""
-
-    domain: str
-    epoch: int
-    previous_owner: str
-    previous_epoch: int
-    items: list[Item]
-    robots: list[tuple[str, str, dict[str, object]]]
-
-
-@dataclass(slots=True)
-class _Batch:
-    """Buffered writes of one domain: applied by one script call, all or nothing."""
-
-    entries: list[Entry] = field(default_factory=list)
-    rows: dict[str, str] = field(default_factory=dict)
-    first: dict[str, int] = field(default_factory=dict)
-    hosts: set[str] = field(default_factory=set)
-    robots: dict[str, str] = field(default_factory=dict)
-    imax: int = -1
-
-
-class RedisStore:
+class RedisStore(DomainHandoff):
     """Implements core.ports.Store on Redis or Redis Cluster; see codec.py for the layout, above for fencing.
 
     `epoch` is the writer's ring epoch, read once per flush (a callable follows the node's ring watch).
@@ -150,7 +116,7 @@ class RedisStore:
         self._owns_client = False
         self._r: Any = client
         self._lock = threading.RLock()
-        self._batches: dict[str, _Batch] = {}
+        self._batches: dict[str, Batch] = {}
         self._notes: list[Entry] = []
         self._orphans: list[Entry] = []
         self._meta: dict[str, str] = {}
@@ -165,6 +131,15 @@ class RedisStore:
         }
         self._robots_clock = 0
         self._closed = False
+        self.mail = Mailroom(client, namespace)
+        self._breaches: dict[str, str] = {}
+        self._links_out: dict[str, list[list[object]]] = {}
+        self._posts: dict[str, list[str]] = {}
+        self._fenced_here: set[str] = set()
+        self._lost: StoreLost | None = None
+        self._instance_key = f"{namespace}:{{all}}:instance"
+        self._r.set(self._instance_key, uuid.uuid4().hex, nx=True)
+        self.instance = text(self._r.get(self._instance_key))
 
     @classmethod
     def from_url(
@@ -197,18 +172,23 @@ class RedisStore:
 
     # -- writes: buffered ------------------------------------------------------------------------------
 
-    def _batch(self, domain: str) -> _Batch:
+    def _batch(self, domain: str) -> Batch:
         batch = self._batches.get(domain)
         if batch is None:
             check_tag_free("domain", domain)
-            batch = self._batches[domain] = _Batch()
+            batch = self._batches[domain] = Batch()
             if domain not in self._known_domains:
                 self._new_domains.add(domain)
         return batch
 
-    def _learn(self, key: str, host: str, origin: str, domain: str) -> None:
-        """Remember (and later persist) where a key or host lives when its text does not say so."""
-        if self._host_dom.get(host, registrable_domain(host)) != domain:
+    def _learn(self, key: str, host: str, origin: str, domain: str, *, page: bool = True) -> None:
+        """Remember (and later persist) where a key or host lives when its text does not say so.
+
+        A host's pages always live in its registrable domain; a robots item following a redirect may stand on a
+        hop's host in its origin's domain. Such a row is remembered only for a host nothing else was learned for,
+        and `backlog` reads the host's registrable domain as well, so the pages are never hidden by it.
+        """
+        if self._host_dom.get(host, registrable_domain(host)) != domain and (page or host not in self._host_dom):
             self._host_dom[host] = self._new_hostdom[host] = domain
         base = key.removeprefix(ROBOTS_PREFIX)
         plain = (base == origin or base.startswith(origin + "/")) and registrable_domain(host) == domain
@@ -221,7 +201,7 @@ class RedisStore:
         domain = item_domain(item)
         check_seq(entry.seq)
         with self._lock:
-            self._learn(item.key, item.host, item.origin, domain)
+            self._learn(item.key, item.host, item.origin, domain, page=item.kind is Kind.PAGE)
             batch = self._batch(domain)
             batch.entries.append(entry)
             batch.rows[item.key] = pack_row(item, batch.first.setdefault(item.key, entry.seq))
@@ -254,6 +234,93 @@ class RedisStore:
         with self._lock:
             self._meta[name] = value
 
+    # -- budget breaches (core.ports.BreachLog) ---------------------------------------------------------
+
+    def _breach_key(self, domain: str) -> str:
+        return self._keys.domain(domain, "breaches") if domain else self._keys.node + "breaches"
+
+    def save_breaches(self, domain: str, breaches: Sequence[Mapping[str, object]]) -> None:
+        """Buffer a domain's breaches: a JSON string in its slot (unfenced: counts only ever grow), or the node's
+        for the whole crawl's rules ("")."""
+        if domain:
+            check_tag_free("domain", domain)
+        with self._lock:
+            self._breaches[domain] = json.dumps(list(breaches), separators=(",", ":"), sort_keys=True)
+
+    def load_breaches(self, domains: Iterable[str] | None = None) -> dict[str, list[dict[str, object]]]:
+        """domain -> stored breaches of `domains` (of the held domains and the node's own with None)."""
+        self._guard()
+        with self._lock:
+            self._flush_locked()
+        names = sorted(set(self.held_domains()) | {""} if domains is None else set(domains))
+        pipe = self._pipeline()
+        for domain in names:
+            pipe.get(self._breach_key(domain))
+        return {d: json.loads(text(v)) for d, v in zip(names, pipe.execute(), strict=True) if v is not None}
+
+    # -- outbox (core.ports.Outbox) -----------------------------------------------------------------------
+
+    def forward(self, links: Sequence[LinkLike]) -> None:
+        """Buffer links for the inboxes of their domains' owners; a link without a domain is dropped (it could
+        only be rejected)."""
+        with self._lock:
+            out = self._links_out
+            for link in links:
+                domain = domain_of(link.observed, link.base_url)
+                if domain:
+                    out.setdefault(domain, []).append(link_row(link))
+
+    def post(self, domain: str, message: Mapping[str, object]) -> None:
+        """Buffer a small message for the owner of `domain`'s inbox."""
+        check_tag_free("domain", domain)
+        with self._lock:
+            self._posts.setdefault(domain, []).append(encode(message))
+
+    # -- lost data -------------------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def lost(self) -> StoreLost | None:
+        """Why this store is not to be trusted any more, once it noticed."""
+        return self._lost
+
+    def _guard(self) -> None:
+        if self._lost is not None:
+            raise self._lost
+
+    def _verify_instance(self, value: object) -> None:
+        """Raise StoreLost (for good) when the instance marker read is not the one this store opened with."""
+        if value is not None and text(value) == self.instance:
+            return
+        what = "is gone" if value is None else f"changed to {text(value)!r}"
+        self._lose(
+            f"redis instance marker {self._instance_key} {what} (was {self.instance!r}): the server restarted "
+            "without its data or was flushed"
+        )
+
+    def _lose(self, reason: str) -> None:
+        if self._lost is None:
+            self._lost = StoreLost(reason)
+        raise self._lost
+
+    def check(self) -> None:
+        """Read the instance marker now; StoreLost when the data this store wrote is gone."""
+        self._guard()
+        self._verify_instance(self._r.get(self._instance_key))
+
+    def pending_mail(self) -> set[str]:
+        """Domains whose inbox may hold mail; reads the instance marker in the same round trip (StoreLost)."""
+        self._guard()
+        pipe = self._pipeline()
+        pipe.smembers(self.mail.pending_key)
+        pipe.get(self._instance_key)
+        pending, instance = pipe.execute()
+        self._verify_instance(instance)
+        return {text(d) for d in pending}
+
     # -- flush -----------------------------------------------------------------------------------------
 
     def flush(self) -> None:
@@ -269,10 +336,19 @@ class RedisStore:
     def _flush_locked(self) -> None:
         if self._closed:
             raise RuntimeError("store is closed")
+        self._guard()
         if self._notes:
             self._place_notes()
         if not (
-            self._batches or self._orphans or self._meta or self._new_domains or self._new_keydom or self._new_hostdom
+            self._batches
+            or self._orphans
+            or self._meta
+            or self._new_domains
+            or self._new_keydom
+            or self._new_hostdom
+            or self._links_out
+            or self._posts
+            or self._breaches
         ):
             return
         epoch = int(self._epoch())
@@ -311,8 +387,14 @@ class RedisStore:
     def _flush_node(self, epoch: int) -> None:
         """Node-scoped writes, before any domain's: the domain set must name a domain before it holds data."""
         orphans = self._orphans
-        if not (self._meta or self._new_domains or self._new_keydom or self._new_hostdom or orphans):
+        if (
+            not (self._meta or self._new_domains or self._new_keydom or self._new_hostdom or orphans or self._links_out)
+            and not self._posts
+        ):
             return
+        mail = {d: link_messages(rows) for d, rows in self._links_out.items()}
+        for domain, posts in self._posts.items():
+            mail.setdefault(domain, []).extend(posts)
         pipe = self._pipeline()
         if self._new_domains:
             pipe.sadd(self._keys.node + "domains", *sorted(self._new_domains))
@@ -325,7 +407,15 @@ class RedisStore:
             pipe.hset(self._keys.node + "meta", mapping=self._meta)
         if orphans:
             pipe.zadd(self._keys.node + "orphans", {pack_line(e, epoch): 0 for e in orphans})
-        pipe.execute()
+        for domain, value in self._breaches.items():
+            pipe.set(self._breach_key(domain), value)
+        self.mail.queue(pipe, mail)
+        pipe.get(self._instance_key)
+        *_, instance = pipe.execute()
+        self._links_out = {}
+        self._posts = {}
+        self._breaches = {}
+        self._verify_instance(instance)
         self._known_domains |= self._new_domains
         self._new_domains = set()
         self._new_keydom = {}
@@ -334,7 +424,7 @@ class RedisStore:
         self._orphans = []
 
     def _write_call(
-        self, domain: str, batch: _Batch, epoch: int, line_writer: str, lines: list[str] | None = None
+        self, domain: str, batch: Batch, epoch: int, line_writer: str, lines: list[str] | None = None
     ) -> tuple[list[str], list[object]]:
         """KEYS and ARGV of one write-script call for `batch`; `lines` replaces the batch's own journal members."""
         keys = self._keys.script_keys(domain, line_writer)
@@ -355,7 +445,17 @@ class RedisStore:
     def _flush_domains(self, epoch: int) -> None:
         domains = list(self._batches)
         calls = {d: self._write_call(d, self._batches[d], epoch, self.node_id) for d in domains}
-        results = self._scripts.run_pipelined("write", calls)
+        expected = sorted(d for d in domains if d in self._fenced_here)
+        checks = [("EXISTS", self._keys.domain(d, "fence")) for d in expected] + [("GET", self._instance_key)]
+        results, found = self._scripts.run_checked("write", calls, checks)
+        *exists, instance = found
+        self._verify_instance(instance)
+        vanished = [d for d, n in zip(expected, exists, strict=True) if not isinstance(n, BaseException) and not n]
+        if vanished:
+            self._lose(
+                f"the fence of {len(vanished)} domain(s) this node holds vanished (e.g. {vanished[0]!r}): a Redis "
+                "server or Cluster shard lost its data"
+            )
         fenced: list[FencedOut] = []
         error: BaseException | None = None
         for domain in domains:
@@ -366,108 +466,13 @@ class RedisStore:
             del self._batches[domain]
             if int(res[0]) == 0:
                 fenced.append(FencedOut(domain, epoch, int(text(res[2])), text(res[1])))
+            else:
+                self._fenced_here.add(domain)
         if fenced:
             first = fenced[0]
             raise FencedOut(first.domain, epoch, first.fence_epoch, first.owner, others=tuple(fenced[1:])) from error
         if error is not None:
             raise error
-
-    # -- fence -----------------------------------------------------------------------------------------
-
-    def fence(self, domain: str) -> tuple[str, int] | None:
-        """(owner, epoch) of the domain's fence, or None when no node ever wrote or claimed it."""
-        owner, epoch = self._r.hmget(self._keys.domain(domain, "fence"), ["owner", "epoch"])
-        return None if epoch is None else (text(owner or b""), int(text(epoch)))
-
-    def claim(self, domain: str, epoch: int) -> tuple[str, int]:
-        """Take the domain's fence at `epoch` unless a newer epoch holds it; returns the previous (owner, epoch).
-
-        The previous owner is "" and its epoch -1 when the domain had no fence. Raises FencedOut when refused.
-        """
-        if not 0 <= epoch < EPOCH_LIMIT:
-            raise ValueError(f"ring epoch {epoch} out of range")
-        check_tag_free("domain", domain)
-        with self._lock:
-            if domain not in self._known_domains:
-                self._new_domains.add(domain)
-            self._flush_node(epoch)
-        res = self._scripts.eval("claim", [self._keys.domain(domain, "fence")], [self.node_id, epoch])
-        if int(res[0]) == 0:
-            raise FencedOut(domain, epoch, int(text(res[2])), text(res[1]))
-        return text(res[1]), int(text(res[2]))
-
-    def adopt_domain(self, domain: str, epoch: int) -> AdoptedDomain:
-        """Claim `domain` at `epoch`, then read its rows and robots records for the new owner's RAM state.
-
-        The claim comes first: from then on the previous owner's writes are refused, so the read is stable.
-        Keys and hosts whose domain the text does not tell are recorded in this node's lookup tables.
-        """
-        previous_owner, previous_epoch = self.claim(domain, epoch)
-        items = [unpack_row(k, v) for _, k, v in self._sorted_rows([domain], None)]
-        robots = [unpack_robots(o, v) for _, o, v in self._sorted_robots([domain])]
-        with self._lock:
-            for item in items:
-                self._learn(item.key, item.host, item.origin, domain)
-            self._flush_node(epoch)
-        return AdoptedDomain(domain, epoch, previous_owner, previous_epoch, items, robots)
-
-    # -- handoff between deployments ---------------------------------------------------------------------
-
-    def export_domain(self, domain: str, *, journal_tail: int | None = None) -> dict[str, Any]:
-        """Everything of one domain as JSON-ready data: fence, rows, robots records and journal (all writers).
-
-        `journal_tail` keeps only the last that many lines, in the order they were applied.
-        """
-        with self._lock:
-            self._flush_locked()
-        fence = self.fence(domain)
-        items = [export_item(unpack_row(k, v), int(f)) for f, k, v in self._sorted_rows([domain], None)]
-        robots = [[*unpack_robots(o, v), int(f)] for f, o, v in self._sorted_robots([domain])]
-        lines = self._domain_lines(domain, None)
-        if journal_tail is not None:
-            lines = lines[-journal_tail:] if journal_tail > 0 else []
-        return {
-            "format": EXPORT_FORMAT,
-            "domain": domain,
-            "fence": None if fence is None else {"owner": fence[0], "epoch": fence[1]},
-            "items": items,
-            "robots": robots,
-            "journal": [{"writer": w, "epoch": ep, "entry": list(e)} for ep, e, w in lines],
-        }
-
-    def import_domain(self, domain: str, data: dict[str, Any], epoch: int) -> None:
-        """Claim `domain` at `epoch` and write an `export_domain` copy into this store, under the same fence.
-
-        Journal lines keep their writer, epoch and seq; rows and robots records replace what is there.
-        """
-        if data.get("format") != EXPORT_FORMAT or data.get("domain") != domain:
-            raise ValueError(f"not an export of domain {domain!r} in format {EXPORT_FORMAT}")
-        self.claim(domain, epoch)
-        by_writer: dict[str, list[tuple[int, Entry]]] = {}
-        for line in data["journal"]:
-            by_writer.setdefault(str(line["writer"]), []).append((int(line["epoch"]), Entry(*line["entry"])))
-        batch = _Batch()
-        for fields in data["items"]:
-            item, first = import_item(fields)
-            batch.rows[item.key] = pack_row(item, first)
-            batch.hosts.add(item.host)
-            batch.imax = max(batch.imax, item.seq)
-        for origin, host, record, first in data["robots"]:
-            batch.robots[origin] = pack_robots(int(first), host, robots_json(record))
-        calls: dict[str, tuple[list[str], list[object]]] = {}
-        writers = sorted(by_writer) or [self.node_id]
-        for n, writer in enumerate(writers):
-            lines = [pack_line(e, ep) for ep, e in by_writer.get(writer, [])]
-            calls[writer] = self._write_call(domain, batch if n == 0 else _Batch(), epoch, writer, lines)
-        for res in self._scripts.run_pipelined("write", calls).values():
-            if isinstance(res, BaseException):
-                raise res
-            if int(res[0]) == 0:
-                raise FencedOut(domain, epoch, int(text(res[2])), text(res[1]))
-        with self._lock:
-            for fields in data["items"]:
-                self._learn(str(fields["key"]), str(fields["host"]), str(fields["origin"]), domain)
-            self._flush_node(epoch)
 
     # -- reads -----------------------------------------------------------------------------------------
 
@@ -496,6 +501,7 @@ class RedisStore:
 
     def backlog(self, host: str, after: tuple[int, int], limit: int) -> list[Item]:
         """Scheduled items of `host` with (priority, seq) > `after`, in that order: one range read of its zset."""
+        self._guard()
         with self._lock:
             self._flush_locked()
         if limit <= 0:
@@ -503,13 +509,18 @@ class RedisStore:
         lower = after_bound(after)
         if lower is None:
             return []
-        domain = self._host_domain(host)
-        backlog, items = self._keys.domain(domain, f"q:{host}"), self._keys.domain(domain, "items")
-        keys, rows = self._scripts.eval("backlog", [backlog, items], [lower, limit])
-        return [unpack_row(text(k), text(v)) for k, v in zip(keys, rows, strict=True) if v is not None]
+        found: list[Item] = []
+        for domain in dict.fromkeys((registrable_domain(host), self._host_domain(host))):
+            backlog, items = self._keys.domain(domain, f"q:{host}"), self._keys.domain(domain, "items")
+            keys, rows = self._scripts.eval("backlog", [backlog, items], [lower, limit])
+            found += [unpack_row(text(k), text(v)) for k, v in zip(keys, rows, strict=True) if v is not None]
+        if len(found) > limit or len(set(i.domain for i in found)) > 1:
+            found.sort(key=lambda i: (i.priority, i.seq, i.key))
+        return found[:limit]
 
     def get(self, key: str) -> Item | None:
         """The row of `key`; a buffered row is answered from the buffer without a flush."""
+        self._guard()
         with self._lock:
             for batch in self._batches.values():
                 packed = batch.rows.get(key)

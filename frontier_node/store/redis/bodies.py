@@ -1,0 +1,87 @@
+"""Bodies fetched anywhere in a cluster (core.ports.BodyIndex on Redis): a mirror is recognised whichever node
+fetched its twin.
+
+Layout (each key its own hash tag, so a Redis Cluster spreads them over its shards):
+
+    ns:{b:<digest>}                 string  the fetch key first fetched with this exact body (first wins: Lua)
+    ns:{s:<band>:<16-bit value>}    set     members "<simhash hex>:<key hash hex>" of bodies with that band value
+
+Cost per fetched 2xx page: one round trip, one pipeline of 1 EVAL (GET-or-SET of the digest) plus, when the page
+has a simhash, 4 SMEMBERS and 4 SADD of its bands; about 120 bytes sent and, in Redis, one string (the key, at
+most 512 characters) and four 25-byte set members per distinct body.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Final
+
+from frontier_node.core.ports import BodyClaim
+from frontier_node.store.redis.codec import check_tag_free, text
+
+_FIRST_WINS: Final = """
+local first = redis.call('GET', KEYS[1])
+if first then return first end
+redis.call('SET', KEYS[1], ARGV[1])
+return false
+"""
+_MASK: Final = (1 << 64) - 1
+_KEY_LIMIT: Final = 512
+
+
+class RedisBodyIndex:
+    """The cluster-wide body index: exact digests first-wins, simhash bands for near duplicates."""
+
+    def __init__(self, client: Any, namespace: str = "hostring", max_distance: int = 3) -> None:
+        check_tag_free("namespace", namespace)
+        self._r = client
+        self._ns = namespace
+        self.max_distance = max_distance
+
+    def digest_key(self, digest: str) -> str:
+        return f"{self._ns}:{{b:{digest}}}"
+
+    def band_key(self, band: int, value: int) -> str:
+        return f"{self._ns}:{{s:{band}:{value:04x}}}"
+
+    def claim(self, digest: str, simhash: int, key: str) -> BodyClaim:
+        """Register `key`'s body; the key first fetched with the same digest (not `key` itself) and whether a
+        body within max_distance bits of `simhash` was registered under another key."""
+        # A digest with braces would break the hash tag: such a digest (never one of hostring's) is not shared.
+        digest = digest if digest and "{" not in digest and "}" not in digest else ""
+        simhash &= _MASK
+        own = hashlib.blake2b(key.encode(), digest_size=4).hexdigest()
+        use_bands = bool(simhash) and self.max_distance >= 0
+        pipe = self._r.pipeline(transaction=False)
+        if digest:
+            pipe.eval(_FIRST_WINS, 1, self.digest_key(digest), key[:_KEY_LIMIT])
+        bands = [(simhash >> (16 * band)) & 0xFFFF for band in range(4)]
+        member = f"{simhash:016x}:{own}"
+        if use_bands:
+            for band, value in enumerate(bands):
+                pipe.smembers(self.band_key(band, value))
+            for band, value in enumerate(bands):
+                pipe.sadd(self.band_key(band, value), member)
+        if not digest and not use_bands:
+            return BodyClaim(None, False)
+        answers = pipe.execute()
+        first: str | None = None
+        if digest:
+            found = answers.pop(0)
+            first = text(found) if found else None
+            if first == key[:_KEY_LIMIT]:
+                first = None
+        near = False
+        if use_bands:
+            for bucket in answers[:4]:
+                for raw in bucket:
+                    other, _, who = text(raw).partition(":")
+                    if who != own and (int(other, 16) ^ simhash).bit_count() <= self.max_distance:
+                        near = True
+                        break
+                if near:
+                    break
+        return BodyClaim(first, near)
+
+    def remember(self, digest: str, simhash: int, key: str) -> None:
+        """Nothing to do: the shared index already holds every body a node of the cluster registered."""

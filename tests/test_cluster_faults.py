@@ -1,0 +1,367 @@
+"""Faults of a running cluster, for real: real processes (coordinator, nodes, workers), real Redis, a real web.
+
+Each test runs one fault and judges the outcome from outside: the web server's request log, the processes' exit
+codes and logs, gRPC health, and the rows in Redis.
+
+- Redis restarted empty (SHUTDOWN NOSAVE, a redis-server of the test's own): loud, not a silent stall. The
+  workers running until drained exit non-zero naming store_lost, the nodes log it and report NOT_SERVING, the
+  coordinator names its lost membership. Restarted with its data (append-only file): not reported lost, and the
+  crawl completes.
+- A 150,000-link page in a 2-node cluster: every link admitted on its owner; the worker exits 0 only then.
+- Spoofed heartbeats (no admin token) for a dead node: refused UNAUTHENTICATED, and the node leaves the ring.
+- A dead owner: workers back off (a few log lines, not dozens a second) and its in-flight completions are
+  settled by the node that adopts its leases, well before those leases would expire.
+- The coordinator SIGKILLed and restarted: the cluster keeps crawling meanwhile, and finishes.
+- A node SIGKILLed while a join's handoff runs: nothing is lost.
+
+Only servers started here on 127.0.0.0/8 are contacted; every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+import redis
+
+from frontier_node.store.redis import RedisStore
+from hostring.v1 import coordinator_pb2 as cpb
+from hostring.v1 import coordinator_pb2_grpc as cpb_grpc
+from hostring_testing import LocalWeb, Oracle, oracle_for, random_model, render_model
+from hostring_testing.cluster import Cluster, wait_for
+from hostring_testing.crawls import TOKEN
+from hostring_testing.pages import Page, Site, robots_page
+from hostring_testing.proc import STARTUP_TIMEOUT_S
+from hostring_testing.redis_server import RedisServer
+
+pytestmark = pytest.mark.slow
+
+
+def small_web(seed: int, origins: int = 10, pages: int = 16) -> tuple[dict[str, Any], Oracle]:
+    """A generated web (robots files and robots redirects included, no 503 robots, no traps), every root a seed."""
+    model = random_model(
+        seed,
+        origins=origins,
+        pages_per_origin=pages,
+        unavailable_robots=0,
+        trap_fraction=0.0,
+        seeds=origins,
+        user_agent=TOKEN,
+    )
+    return render_model(model, seed), oracle_for(model)
+
+
+def expected_requests(oracle: Oracle) -> int:
+    return len(oracle.reachable_allowed) + len(oracle.robots_fetches)
+
+
+def exit_code(c: Cluster, name: str) -> int | None:
+    proc = c.procs[name].proc
+    return None if proc is None else proc.poll()
+
+
+def missing(web: LocalWeb, oracle: Oracle) -> set[Any]:
+    return oracle.judge(web.fetched())["missing"]
+
+
+@contextlib.contextmanager
+def running(c: Cluster) -> Iterator[Cluster]:
+    """The cluster, with its timeline and logs printed when the test fails."""
+    try:
+        yield c
+    except BaseException:
+        print(c.timeline_text())
+        print(c.logs())
+        raise
+
+
+# ============================================================================================== Redis faults
+
+
+@pytest.mark.timeout(150)
+def test_redis_restarted_empty_is_loud(tmp_path: Path) -> None:
+    """SHUTDOWN NOSAVE mid-crawl, an empty Redis back on the same port: the worker running until drained exits
+    non-zero naming store_lost; the nodes log store_lost by name and turn NOT_SERVING; the coordinator names its
+    lost membership. (Before: every process stayed up and SERVING, Lease returned nothing, nothing was logged.)"""
+    sites, oracle = small_web(31, origins=8, pages=24)
+    (tmp_path / "redis").mkdir()
+    srv = RedisServer(tmp_path / "redis")
+    try:
+        with (
+            LocalWeb(sites) as web,
+            Cluster(tmp_path / "logs", srv.url, heartbeat_timeout=3.0, delay=0.3, lease_s=10.0) as c,
+            running(c),
+        ):
+            c.hits_of = lambda: len(web.hits)
+            c.start_coordinator()
+            c.start_nodes("n1", "n2")
+            c.wait_settled({"n1", "n2"}, STARTUP_TIMEOUT_S)
+            c.seed(oracle.seed_urls(web))
+            c.start_workers("w1", until_drained=True)
+            wait_for(lambda: len(web.hits) >= 0.3 * expected_requests(oracle), 60, "30% of the crawl")
+            c.note("SHUTDOWN NOSAVE")
+            with contextlib.suppress(redis.ConnectionError):
+                redis.Redis.from_url(srv.url).shutdown(nosave=True)
+            srv.proc.wait(10)
+            time.sleep(2.0)
+            srv = RedisServer(tmp_path / "redis", port=srv.port)
+            c.note("an empty Redis is back on the same port")
+            wait_for(lambda: exit_code(c, "w1") is not None, 40, "the worker to exit")
+            rc, words = exit_code(c, "w1"), c.procs["w1"].log()
+            assert rc not in (None, 0), f"the worker exited {rc} although the store lost the crawl"
+            assert "store_lost" in words and "appendonly yes" in words, words[-2000:]
+            for node in ("n1", "n2"):
+                wait_for(lambda n=node: "store_lost:" in c.procs[n].log(), 10, f"{node} to log store_lost")
+                wait_for(lambda n=node: not c.serving(n), 10, f"{node} to report NOT_SERVING")
+            wait_for(lambda: "membership_lost" in c.procs["coordinator"].log(), 10, "the coordinator to notice")
+    finally:
+        srv.stop()
+
+
+@pytest.mark.timeout(150)
+def test_redis_restarted_with_its_data_is_not_lost(tmp_path: Path) -> None:
+    """Redis with an append-only file (appendfsync always) SIGKILLed mid-crawl and started again on its files: the
+    data is there, so nobody reports store_lost and the crawl completes (the worker exits 0, nothing missing)."""
+    sites, oracle = small_web(32, origins=8, pages=16)
+    aof = ("--appendonly", "yes", "--appendfsync", "always")
+    (tmp_path / "redis").mkdir()
+    srv = RedisServer(tmp_path / "redis", *aof)
+    try:
+        with (
+            LocalWeb(sites) as web,
+            Cluster(tmp_path / "logs", srv.url, heartbeat_timeout=3.0, delay=0.2, lease_s=10.0) as c,
+            running(c),
+        ):
+            c.hits_of = lambda: len(web.hits)
+            c.start_coordinator()
+            c.start_nodes("n1", "n2")
+            c.wait_settled({"n1", "n2"}, STARTUP_TIMEOUT_S)
+            c.seed(oracle.seed_urls(web))
+            c.start_workers("w1", until_drained=True)
+            wait_for(lambda: len(web.hits) >= 0.3 * expected_requests(oracle), 60, "30% of the crawl")
+            c.note("SIGKILL redis")
+            srv.proc.kill()
+            srv.proc.wait(10)
+            time.sleep(1.0)
+            srv = RedisServer(tmp_path / "redis", *aof, port=srv.port)
+            c.note("Redis is back with its append-only file")
+            wait_for(lambda: exit_code(c, "w1") is not None, 90, "the worker to finish the crawl")
+            assert exit_code(c, "w1") == 0, c.procs["w1"].tail()
+            for name in ("n1", "n2", "w1"):
+                assert "store_lost" not in c.procs[name].log(), c.procs[name].tail()
+            assert not missing(web, oracle), sorted(missing(web, oracle))[:10]
+    finally:
+        srv.stop()
+
+
+# ============================================================================================== a big fan-out
+
+FANOUT_LINKS = 150_000
+FANOUT_TARGETS = 40
+
+
+def fanout_web() -> dict[str, Site]:
+    """A hub page linking FANOUT_LINKS distinct pages spread over FANOUT_TARGETS origins whose robots.txt
+    disallows everything: each link is admitted (a row in Redis) and suppressed at dispatch, never fetched."""
+    hrefs = "".join(f'<a href="{{{{origin:t{i % FANOUT_TARGETS}}}}}/p/{i}">{i}</a>\n' for i in range(FANOUT_LINKS))
+    sites = {"hub": Site(pages={"/": Page(body=f"<html><body>\n{hrefs}</body></html>".encode())})}
+    for i in range(FANOUT_TARGETS):
+        sites[f"t{i}"] = Site(robots=robots_page("User-agent: *\nDisallow: /\n"))
+    return sites
+
+
+@pytest.mark.timeout(240)
+def test_fanout_of_150k_links_is_admitted_on_its_owners(tmp_path: Path, empty_redis: str) -> None:
+    """A page with 150,000 links to 40 other origins in a 2-node cluster: every link ends as a row on the node
+    owning its domain, and the worker (until drained) exits 0 only after that. (Before: the forward list of the
+    Complete's reply passed the worker's 4 MiB receive limit and 77,140 links vanished; the worker exited 0.)"""
+    judge = RedisStore(redis.Redis.from_url(empty_redis), node_id="test-judge", epoch=0)
+    try:
+        with (
+            LocalWeb(fanout_web()) as web,
+            Cluster(tmp_path, empty_redis, heartbeat_timeout=5.0, delay=0.0, node_args=["--max-depth", "3"]) as c,
+            running(c),
+        ):
+            c.start_coordinator()
+            c.start_nodes("n1", "n2")
+            ring = c.wait_settled({"n1", "n2"}, STARTUP_TIMEOUT_S)
+            targets = [f"{web.addresses[f't{i}'][0]}" for i in range(FANOUT_TARGETS)]
+            owners = {ring.owner(t).node_id for t in targets}  # type: ignore[union-attr]
+            hub_owner = ring.owner(web.addresses["hub"][0]).node_id  # type: ignore[union-attr]
+            assert owners == {"n1", "n2"} and hub_owner in owners, "both nodes own some of the targets"
+            c.seed([web.url("hub")])
+            c.start_workers("w1", until_drained=True)
+            wait_for(lambda: exit_code(c, "w1") is not None, 200, "the worker to drain the crawl", interval=0.5)
+            assert exit_code(c, "w1") == 0, c.procs["w1"].tail()
+            rows = {t: sum(judge.domain_counts(t).values()) for t in targets}
+            pages = sum(rows.values()) - len(targets)  # one robots item per target origin
+            assert pages == FANOUT_LINKS, f"{FANOUT_LINKS - pages} links were never admitted; rows {rows}"
+            for t in targets:
+                fence = judge.fence(t)
+                owner = ring.owner(t)
+                assert fence is not None and owner is not None and fence[0] == owner.node_id, (t, fence, owner)
+            page_hits = [h for h in web.hits if h.path.startswith("/p/")]
+            assert not page_hits, f"robots-disallowed pages were fetched: {page_hits[:3]}"
+    finally:
+        judge.client.close()
+
+
+# ============================================================================================== control plane
+
+
+@pytest.mark.timeout(60)
+def test_spoofed_heartbeats_are_refused_and_the_dead_node_leaves(tmp_path: Path) -> None:
+    """With an admin token, a node that sends it stays in the ring; once it dies, Heartbeats carrying its id but
+    no token are refused UNAUTHENTICATED and it leaves after its heartbeat timeout. (Before: the unauthenticated
+    Heartbeat kept the dead node in the ring for as long as it was sent.)"""
+    from coordinator.server import start_coordinator
+    from hostring.membership import NodeMembership
+
+    token = "s3cret-token"
+    timeout_s = 2.0
+    coord = start_coordinator("127.0.0.1:0", heartbeat_timeout_s=timeout_s, admin_token=token)
+    address = f"127.0.0.1:{coord.port}"
+    channel = grpc.insecure_channel(address)
+    stub = cpb_grpc.CoordinatorStub(channel)  # type: ignore[no-untyped-call]
+    node = NodeMembership(address, "n1", "127.0.0.1:1", heartbeat_s=0.3, admin_token=token).start()
+    codes: list[grpc.StatusCode] = []
+    stop = threading.Event()
+
+    def spoof() -> None:
+        while not stop.wait(0.2):
+            try:
+                stub.Heartbeat(cpb.HeartbeatRequest(node_id="n1"), timeout=2.0)
+                codes.append(grpc.StatusCode.OK)
+            except grpc.RpcError as e:
+                codes.append(e.code())
+
+    spoofer = threading.Thread(target=spoof, daemon=True)
+    try:
+        node.wait_ring(timeout=10.0)
+        time.sleep(2 * timeout_s)  # heartbeats with the token keep it in
+        assert "n1" in {m.node_id for m in stub.GetRing(cpb.GetRingRequest(), timeout=5).members}
+        node.stop(leave=False)  # as if the process died
+        spoofer.start()
+        gone = wait_for(
+            lambda: "n1" not in {m.node_id for m in stub.GetRing(cpb.GetRingRequest(), timeout=5).members},
+            timeout_s + 5.0,
+            "the dead node to leave the ring while spoofed heartbeats arrive",
+        )
+        assert gone <= timeout_s + 3.0
+        assert codes and set(codes) == {grpc.StatusCode.UNAUTHENTICATED}, set(codes)
+    finally:
+        stop.set()
+        node.stop(leave=False)
+        channel.close()
+        coord.stop()
+
+
+# ============================================================================================== dead nodes
+
+
+@pytest.mark.timeout(180)
+def test_dead_owner_is_backed_off_and_its_completions_are_settled_by_its_successor(
+    tmp_path: Path, empty_redis: str
+) -> None:
+    """A node SIGKILLed while workers hold its leases, with a heartbeat timeout of 8 s (it stays in the ring that
+    long): each worker logs a few lines about it, not dozens a second; the completions of its leases reach the
+    node that adopts them, so the crawl ends long before those 45 s leases could expire. (Before: ~30 re-route
+    warnings a second per worker, and a Complete abandoned after 6 attempts, ~13 s.)"""
+    sites, oracle = small_web(33, origins=8, pages=20)
+    heartbeat_s, lease_s = 8.0, 45.0
+    with (
+        LocalWeb(sites) as web,
+        Cluster(tmp_path, empty_redis, heartbeat_timeout=heartbeat_s, delay=0.25, lease_s=lease_s) as c,
+        running(c),
+    ):
+        c.hits_of = lambda: len(web.hits)
+        c.start_coordinator()
+        c.start_nodes("n1", "n2", "n3")
+        c.wait_settled({"n1", "n2", "n3"}, STARTUP_TIMEOUT_S)
+        c.seed(oracle.seed_urls(web))
+        c.start_workers("w1", "w2")
+        wait_for(lambda: len(web.hits) >= 0.3 * expected_requests(oracle), 60, "30% of the crawl")
+        work = {n: c.stats(n).in_flight for n in ("n1", "n2", "n3")}
+        victim = max(work, key=lambda n: (work[n], n))
+        dead = c.addresses[victim]
+        lines_before = {w: c.procs[w].log().count(dead) for w in ("w1", "w2")}
+        c.note(f"SIGKILL {victim} (in flight {work})")
+        killed_at = time.monotonic()
+        c.procs[victim].stop(signal.SIGKILL)
+        wait_for(lambda: victim not in c.ring().members, heartbeat_s + 10, f"{victim} to leave the ring")
+        in_ring_for = time.monotonic() - killed_at
+        lines = {w: c.procs[w].log().count(dead) - lines_before[w] for w in ("w1", "w2")}
+        c.note(f"{victim} left the ring after {in_ring_for:.1f}s; worker log lines naming it: {lines}")
+        assert all(n <= 2 * (in_ring_for / 10 + 2) for n in lines.values()), lines
+        wait_for(lambda: not missing(web, oracle), lease_s - 10, "every page, before the dead node's leases expire")
+        for w in ("w1", "w2"):
+            assert "could not complete" not in c.procs[w].log(), c.procs[w].tail()
+
+
+@pytest.mark.timeout(150)
+def test_coordinator_sigkill_the_cluster_keeps_crawling_and_recovers(tmp_path: Path, empty_redis: str) -> None:
+    """The coordinator SIGKILLed mid-crawl: the nodes keep serving and the workers keep fetching while it is away;
+    restarted on its port with the same Redis, it resumes the ring above the last epoch and the crawl completes."""
+    sites, oracle = small_web(34, origins=10, pages=16)
+    with (
+        LocalWeb(sites) as web,
+        Cluster(tmp_path, empty_redis, heartbeat_timeout=3.0, delay=0.2, lease_s=10.0) as c,
+        running(c),
+    ):
+        c.hits_of = lambda: len(web.hits)
+        c.start_coordinator()
+        c.start_nodes("n1", "n2", "n3")
+        ring = c.wait_settled({"n1", "n2", "n3"}, STARTUP_TIMEOUT_S)
+        c.seed(oracle.seed_urls(web))
+        c.start_workers("w1", "w2")
+        wait_for(lambda: len(web.hits) >= 0.3 * expected_requests(oracle), 60, "30% of the crawl")
+        port = int(c.coordinator.rsplit(":", 1)[1])
+        c.procs["coordinator"].stop(signal.SIGKILL)
+        c.note("coordinator SIGKILLed")
+        before = len(web.hits)
+        time.sleep(4.0)
+        assert len(web.hits) > before, "nothing was fetched while the coordinator was away"
+        c.start_coordinator(port=port, name="coordinator2")
+        after = c.wait_settled({"n1", "n2", "n3"}, 30.0)
+        assert after.epoch >= ring.epoch
+        wait_for(lambda: not missing(web, oracle), 60, "every page")
+
+
+@pytest.mark.timeout(180)
+def test_node_sigkill_during_a_join_handoff_loses_nothing(tmp_path: Path, empty_redis: str) -> None:
+    """A fourth node joins and, while the handoff runs, one of the old nodes is SIGKILLed: its slice (queue,
+    leases, robots records, politeness clocks) is adopted with the join's; every page is fetched, politely."""
+    from hostring_testing.crawls import politeness_violations
+
+    sites, oracle = small_web(35, origins=12, pages=16)
+    delay = 0.25
+    with (
+        LocalWeb(sites) as web,
+        Cluster(tmp_path, empty_redis, heartbeat_timeout=2.0, delay=delay, lease_s=5.0) as c,
+        running(c),
+    ):
+        c.hits_of = lambda: len(web.hits)
+        c.start_coordinator()
+        c.start_nodes("n1", "n2", "n3")
+        c.wait_settled({"n1", "n2", "n3"}, STARTUP_TIMEOUT_S)
+        c.seed(oracle.seed_urls(web))
+        c.start_workers("w1", "w2")
+        wait_for(lambda: len(web.hits) >= 0.3 * expected_requests(oracle), 60, "30% of the crawl")
+        epoch = c.ring().epoch
+        c.start_nodes("n4")
+        wait_for(lambda: c.ring().epoch > epoch, 20, "n4 to join the ring")
+        c.procs["n1"].stop(signal.SIGKILL)
+        c.note("n1 SIGKILLed as n4's join is handed over")
+        c.wait_settled({"n2", "n3", "n4"}, 30.0)
+        wait_for(lambda: not missing(web, oracle), 60, "every page")
+        bad = [v for label in web.origins for v in politeness_violations(web, label, delay, 0.05)]
+        assert not bad, bad[:5]
+        unexpected = oracle.judge(web.fetched())["unexpected"]
+        assert not unexpected, sorted(unexpected)[:10]
