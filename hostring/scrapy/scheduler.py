@@ -114,7 +114,14 @@ class Scheduler(BaseScheduler):
         connect = self.crawler.signals.connect
         connect(self.completer.reached_downloader, signal=signals.request_reached_downloader)
         connect(self.completer.response_received, signal=signals.response_received)
+        connect(self._start_leasing, signal=signals.spider_opened)
+
+    def _start_leasing(self) -> None:
+        """spider_opened: the engine is ready to crawl, so leases taken now are downloaded at once (none is held,
+        its host waiting, while the rest of Scrapy starts)."""
+        assert self.session is not None
         self.session.start()
+        cfg = self.config
         where = f"coordinator {cfg.coordinator}" if cfg.coordinator else f"node(s) {', '.join(cfg.nodes)}"
         log.info("hostring scheduler %s leasing from %s", cfg.worker_id, where)
 
@@ -128,6 +135,7 @@ class Scheduler(BaseScheduler):
         disconnect = self.crawler.signals.disconnect
         disconnect(self.completer.reached_downloader, signal=signals.request_reached_downloader)
         disconnect(self.completer.response_received, signal=signals.response_received)
+        disconnect(self._start_leasing, signal=signals.spider_opened)
         self._ready.clear()  # their leases are still open: close() gives them back
         await self.session.close(give_back=True)
         if isinstance(self._router, RingWatcher):
