@@ -5,8 +5,8 @@ links, robots files 404), each judged from the web server's request log:
 
 1. plain Scrapy: one `scrapy runspider bench/scrapy_spider.py` on Scrapy's own scheduler, polite the Scrapy way
    (DOWNLOAD_DELAY = the delay without jitter, CONCURRENT_REQUESTS_PER_DOMAIN = 1, ROBOTSTXT_OBEY);
-2. one Scrapy process through hostring (the add-on, HOSTRING_NODES) and a `hostring node` on SQLite with
-   --delay;
+2. one Scrapy process through hostring (SCHEDULER = "hostring.scrapy.Scheduler", HOSTRING_NODES) and a
+   `hostring node` on SQLite with --delay;
 3. two Scrapy processes through the same kind of node, started together.
 
 Figures: pages/s over the server's window (first request to last response), the makespan against the
@@ -229,7 +229,8 @@ def run(w: Workload, keep: Path | None = None) -> dict[str, Any]:
         "delay_s": w.delay,
         "plain_scrapy": f"Scrapy's scheduler, DOWNLOAD_DELAY={w.delay} (no jitter), CONCURRENT_REQUESTS_PER_DOMAIN=1, "
         "ROBOTSTXT_OBEY=True",
-        "hostring": f"hostring.scrapy add-on, HOSTRING_NODES, one `hostring node` on SQLite, --delay {w.delay}",
+        "hostring": f"SCHEDULER = hostring.scrapy.Scheduler, HOSTRING_NODES, one `hostring node` on SQLite, "
+        f"--delay {w.delay}",
         "spider": "bench/scrapy_spider.py: LinkExtractor, follows every link, one item per page (not exported)",
         "web_process": "hostring_testing.LocalWeb in its own process, one 127.0.0.x address per origin",
     }

@@ -1,7 +1,8 @@
 """The spider bench/scrapy.py runs: the README example's crawl logic, with or without hostring.
 
 `scrapy runspider bench/scrapy_spider.py -a start=URL,URL`; with HOSTRING_BENCH_PLUGIN=1 in the environment
-it enables hostring.scrapy (the add-on), otherwise it runs on Scrapy's own scheduler.
+it sets SCHEDULER = "hostring.scrapy.Scheduler" (the one setting hostring needs), otherwise it runs on Scrapy's
+own scheduler.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ class BenchSpider(scrapy.Spider):
     def update_settings(cls, settings: BaseSettings) -> None:
         super().update_settings(settings)
         if os.environ.get("HOSTRING_BENCH_PLUGIN") == "1":
-            settings.set("ADDONS", {"hostring.scrapy.Addon": 0}, "spider")
+            settings.set("SCHEDULER", "hostring.scrapy.Scheduler", "spider")
 
     def __init__(self, start: str = "", **kwargs: Any) -> None:
         super().__init__(**kwargs)

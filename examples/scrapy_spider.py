@@ -10,9 +10,10 @@ every URL is fetched once between them, never more than one request at a time pe
         -s HOSTRING_NODES=127.0.0.1:50051 -s USER_AGENT="example-bot/1.0 (+https://example.org/bot)" \
         -O pages.jsonl
 
-The only hostring-specific line is the add-on in `custom_settings` (plus HOSTRING_NODES or
-HOSTRING_COORDINATOR on the command line). The rest is an ordinary spider: it follows links (not the
-rel=nofollow ones, and none from a page whose meta robots says nofollow), passes cb_kwargs and meta along
+The only hostring-specific line is `SCHEDULER` in `custom_settings`, plus where the nodes are
+(HOSTRING_NODES or HOSTRING_COORDINATOR: here on the command line; they may as well sit next to SCHEDULER, or
+in settings.py). The rest is an ordinary spider: it follows links (not the rel=nofollow ones, and none from a
+page whose meta robots says nofollow), passes cb_kwargs and meta along
 (they travel through hostring with the request), and reports downloads that failed for good in an errback.
 """
 
@@ -29,7 +30,7 @@ from twisted.python.failure import Failure
 
 class PagesSpider(scrapy.Spider):
     name = "pages"
-    custom_settings = {"ADDONS": {"hostring.scrapy.Addon": 0}}
+    custom_settings = {"SCHEDULER": "hostring.scrapy.Scheduler"}
 
     def __init__(self, start: str = "", **kwargs: Any) -> None:
         super().__init__(**kwargs)

@@ -1,8 +1,12 @@
 """Real Scrapy through hostring: `scrapy runspider examples/scrapy_spider.py` processes against a loopback web.
 
-Every crawl here runs the README's example spider, unchanged, in subprocesses that share one `hostring node`
-(or a two-node cluster), and is judged from what the *web server* saw (hostring_testing's request log and
-oracle) and from the items the spiders wrote:
+Every crawl here runs the README's example spider in subprocesses that share one `hostring node` (or a
+two-node cluster): unchanged (its one hostring line, `SCHEDULER = "hostring.scrapy.Scheduler"`, with
+HOSTRING_NODES or HOSTRING_COORDINATOR on the command line), or as users write it in their own code (SCHEDULER
+and the nodes in `custom_settings`; or the add-on, or the former three settings, which must keep working). A
+spider of every callback shape (CrawlSpider rules, async callbacks, no errback) runs the same way. Each crawl is
+judged from what the *web server* saw (hostring_testing's request log and oracle) and from the items the
+spiders wrote:
 
 - every page a correct crawler fetches is fetched exactly once between the processes, each process doing a
   fair share, and no page robots forbid; an origin whose robots.txt answers 503 sees only robots.txt;
@@ -64,6 +68,8 @@ from hostring_testing.proc import REPO, STARTUP_TIMEOUT_S
 from tests.test_security import Pki, pki  # noqa: F401 (the certificates fixture)
 
 EXAMPLE = REPO / "examples" / "scrapy_spider.py"
+SHAPES = REPO / "tests" / "scrapy_shapes_spider.py"
+SCHEDULER = "hostring.scrapy.Scheduler"
 STAT_LINE = re.compile(r"'(hostring/[^']+)': (\d+)")
 
 
@@ -76,9 +82,19 @@ def links(*hrefs: str) -> str:
 
 
 class Spider(CrawlProcess):
-    """One `scrapy runspider` of the example spider, identified by its User-Agent (same product token)."""
+    """One `scrapy runspider` of the example spider (or `script`), identified by its User-Agent (same product
+    token); `hostring` and `extra` are `-s` settings, `args` the `-a` arguments (default: start=the starts)."""
 
-    def __init__(self, name: str, tmp: Path, starts: Sequence[str], hostring: Sequence[str], *extra: str) -> None:
+    def __init__(
+        self,
+        name: str,
+        tmp: Path,
+        starts: Sequence[str],
+        hostring: Sequence[str],
+        *extra: str,
+        script: Path = EXAMPLE,
+        args: Sequence[str] | None = None,
+    ) -> None:
         self.items_path = tmp / f"{name}.jsonl"
         self.user_agent = f"{TOKEN}/0.1 (scrapy-{name})"
         settings = {
@@ -90,8 +106,9 @@ class Spider(CrawlProcess):
             "HOSTRING_DRAIN_GRACE_S": "1.0",
             "DOWNLOAD_TIMEOUT": "2",
         }
-        cmd = [sys.executable, "-m", "scrapy", "runspider", str(EXAMPLE), "-a", "start=" + ",".join(starts)]
-        cmd += ["-O", str(self.items_path)]
+        cmd = [sys.executable, "-m", "scrapy", "runspider", str(script), "-O", str(self.items_path)]
+        for arg in ["start=" + ",".join(starts)] if args is None else args:
+            cmd += ["-a", arg]
         for key, value in settings.items():
             cmd += ["-s", f"{key}={value}"]
         for setting in (*hostring, *extra):
@@ -104,6 +121,18 @@ class Spider(CrawlProcess):
 
     def stats(self) -> Counter[str]:
         return Counter({k: int(v) for k, v in STAT_LINE.findall(self.stderr())})
+
+
+def variant(tmp: Path, name: str, custom_settings: dict[str, Any]) -> Path:
+    """The example spider as users configure it in their own code: a spider file whose `custom_settings` (in
+    place of the example's SCHEDULER) say how hostring is enabled and, if given, where the nodes are."""
+    path = tmp / f"spider_{name}.py"
+    path.write_text(
+        f"import sys\nsys.path.insert(0, {str(EXAMPLE.parent)!r})\nfrom scrapy_spider import PagesSpider\n\n\n"
+        f"class Variant(PagesSpider):\n    custom_settings = {custom_settings!r}\n",
+        encoding="utf-8",
+    )
+    return path
 
 
 @pytest.fixture
@@ -223,11 +252,14 @@ def test_two_processes_share_one_node(tmp_path: Path, spiders: list[Spider]) -> 
         )  # fmt: skip
         try:
             starts = [*oracle.seed_urls(web), web.url("flaky")]
-            # Spider a also asks Scrapy to obey robots.txt: hostring owns it, so nothing may be fetched twice.
-            hostring = [f"HOSTRING_NODES=127.0.0.1:{port}"]
+            # Spider a is configured in its own code with the one setting and the node (and asks Scrapy to obey
+            # robots.txt: hostring owns it, so nothing may be fetched twice); b is the example, the node given
+            # on the command line.
+            node_at = f"127.0.0.1:{port}"
+            own = variant(tmp_path, "a", {"SCHEDULER": SCHEDULER, "HOSTRING_NODES": node_at, "ROBOTSTXT_OBEY": True})
             spiders += [
-                Spider("a", tmp_path, starts, hostring, "ROBOTSTXT_OBEY=True"),
-                Spider("b", tmp_path, starts, hostring),
+                Spider("a", tmp_path, starts, [], script=own),
+                Spider("b", tmp_path, starts, [f"HOSTRING_NODES={node_at}"]),
             ]
             run_together(spiders, 180)
         finally:
@@ -270,6 +302,10 @@ def test_two_processes_share_one_node(tmp_path: Path, spiders: list[Spider]) -> 
         assert stats["hostring/withheld/redirect"] == 1 + len(redirects), stats
         assert stats["hostring/lease/robots"] == len(robots), stats  # every robots fetch was a hostring lease
         assert stats["hostring/lease/page"] == sum(counts.values()), stats
+        # Every request a page's callback yielded travelled in that page's Complete: only the start requests were
+        # Discovered on their own, and no link reached the scheduler after its page was completed.
+        assert stats["hostring/discover/sent"] == 2 * len(starts) and stats["hostring/complete/links_sent"] > 0, stats
+        assert "hostring/discover/after_complete" not in stats, stats
         print(f"pages by process: {shares}; hostring stats: {dict(sorted(stats.items()))}")
 
 
@@ -393,6 +429,66 @@ def test_a_long_download_keeps_its_lease(tmp_path: Path, spiders: list[Spider]) 
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
+def test_every_callback_shape_sees_what_it_would_without_hostring(tmp_path: Path, spiders: list[Spider]) -> None:
+    """tests/scrapy_shapes_spider.py, with only SCHEDULER: a CrawlSpider's start URL (no callback: Scrapy's
+    default dispatch applies the rules) redirected once by hostring, rule callbacks, an async-generator callback
+    and the coroutine callback it follows, a handled 410, and, without errbacks, a 404 and a timeout that Scrapy
+    reports as it would without hostring, and a download a downloader middleware replaced with another URL (its
+    lease ends, the other URL is crawled with the same callback). Every callback sees its own method as
+    response.request.callback."""
+    sites = {
+        "s": Site(
+            pages={
+                "/start": redirect_page("{{origin:s}}/", status=302),
+                "/": html_page(links("/rule/1")),
+                "/rule/1": html_page(links("/rule/2", "/")),
+                "/rule/2": html_page(links("/rule/1")),
+                "/async": html_page(""),
+                "/coro": html_page(""),
+                "/gone": Page(status=410, body=b"gone\n", content_type="text/plain"),
+                "/landing": html_page(""),
+            }
+        ),
+        "slow": Site(pages={"/": html_page(" " * 4000, trickle_s=0.01)}),
+    }
+    with LocalWeb(sites) as web:
+        model = random_model(1)
+        node, port = serve(node_args(tmp_path, 0.05, 10.0, model, "--max-attempts", "1"), tmp_path, "node")
+        try:
+            args = [f"site={web.url('s').rstrip('/')}", f"slow={web.url('slow').rstrip('/')}"]
+            spider = Spider(
+                "shapes", tmp_path, [], [f"HOSTRING_NODES=127.0.0.1:{port}"], "DOWNLOAD_TIMEOUT=1", script=SHAPES,
+                args=args,
+            )  # fmt: skip
+            spiders.append(spider)
+            run_together([spider], 90)
+        finally:
+            node.stop(signal.SIGKILL)
+    assert web.duplicates(include_robots=True) == []
+    assert not [h for h in web.hits if h.resource == "/replaced"], "the replaced download went out"
+    got = sorted(
+        (i["kind"], key_of(web, i["url"])[1], i.get("n"), i.get("status"), i.get("own")) for i in spider.items()
+    )
+    assert got == [
+        ("async", "/async", 1, None, True),
+        ("coro", "/coro", 2, None, True),
+        ("rule", "/rule/1", None, None, True),
+        ("rule", "/rule/2", None, None, True),
+        ("start", "/", None, None, None),
+        ("status", "/gone", None, 410, True),
+        ("status", "/landing", None, 200, True),
+    ], got
+    err, stats = spider.stderr(), spider.stats()
+    assert f"Ignoring response <404 {web.url('s', '/missing')}>" in err
+    assert f"Error downloading <GET {web.url('slow')}>" in err
+    assert "Spider error" not in err and "spider_exceptions" not in err, err[-3000:]
+    assert stats["hostring/withheld/redirect"] == 1, stats
+    assert stats["hostring/lease/page"] == 11 and stats["hostring/complete/replaced"] == 1, stats
+    assert stats["hostring/complete/failed"] == 2, stats  # the timeout and the replaced download
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
 def test_mutual_tls_to_the_node(tmp_path: Path, pki: Pki, spiders: list[Spider]) -> None:  # noqa: F811
     """HOSTRING_TLS_CERT/KEY/CA: a spider crawls through a node that requires client certificates."""
     sites = {"a": Site(pages={"/": html_page(links("/x")), "/x": html_page(links("/"))})}
@@ -407,6 +503,12 @@ def test_mutual_tls_to_the_node(tmp_path: Path, pki: Pki, spiders: list[Spider])
             node.stop(signal.SIGKILL)
     assert {i["url"] for i in spider.items()} == {web.url("a"), web.url("a", "/x")}
     assert "plaintext" not in node.stderr(), "the node did not run with TLS"
+
+
+FORMER_MIDDLEWARES = {
+    "DOWNLOADER_MIDDLEWARES": {"hostring.scrapy.DownloaderMiddleware": 585},
+    "SPIDER_MIDDLEWARES": {"hostring.scrapy.SpiderMiddleware": 5},
+}
 
 
 def held_by(tmp: Path, worker_id: str) -> set[str]:
@@ -428,7 +530,9 @@ def held_by(tmp: Path, worker_id: str) -> set[str]:
 def test_two_processes_share_two_standalone_nodes(tmp_path: Path, spiders: list[Spider]) -> None:
     """HOSTRING_NODES with two nodes started without a coordinator: the spiders shard the domains by a ring of
     the node addresses (links another node owns are Discovered there, not admitted by the node that leased the
-    page), so each domain lives on one node and every page is still fetched once, politely."""
+    page), so each domain lives on one node and every page is still fetched once, politely. One spider enables
+    hostring with the add-on, the other with the three settings an earlier version needed (its two middlewares
+    now disable themselves, saying so)."""
     model = random_model(
         31, origins=6, pages_per_origin=12, unavailable_robots=0, redirect_robots_fraction=0.0,
         trap_fraction=0.0, seeds=6, user_agent=TOKEN,
@@ -443,7 +547,13 @@ def test_two_processes_share_two_standalone_nodes(tmp_path: Path, spiders: list[
                 nodes.append(serve(node_args(tmp_path / n, delay, 10.0, model), tmp_path, n))
             addresses = ",".join(f"127.0.0.1:{port}" for _, port in nodes)
             starts = oracle.seed_urls(web)
-            spiders += [Spider(n, tmp_path, starts, [f"HOSTRING_NODES={addresses}"]) for n in ("a", "b")]
+            # The forms an earlier version asked for still work: the add-on, and the three settings.
+            addon = variant(tmp_path, "addon", {"ADDONS": {"hostring.scrapy.Addon": 0}})
+            three = variant(tmp_path, "three", {"SCHEDULER": SCHEDULER, **FORMER_MIDDLEWARES})
+            spiders += [
+                Spider(n, tmp_path, starts, [f"HOSTRING_NODES={addresses}"], script=script)
+                for n, script in (("a", addon), ("b", three))
+            ]
             run_together(spiders, 180)
             reports = {}
             for proc, port in nodes:
@@ -463,6 +573,8 @@ def test_two_processes_share_two_standalone_nodes(tmp_path: Path, spiders: list[
     domains = {name: {identify(row["url"]).domain for row in rows} for name, rows in reports.items()}
     assert domains["n1"] and domains["n2"], f"one node got every domain: {domains}"
     assert not domains["n1"] & domains["n2"], f"domains on both nodes: {domains['n1'] & domains['n2']}"
+    for name in ("DownloaderMiddleware", "SpiderMiddleware"):
+        assert f"Disabled hostring.scrapy.{name}: not needed any more" in spiders[1].stderr()
 
 
 # ---------------------------------------------------------------------------------------------- a cluster
@@ -491,7 +603,12 @@ def test_two_processes_share_a_two_node_cluster(tmp_path: Path, empty_redis: str
         owners = Counter(ring.owner(d).node_id for d in domains)  # type: ignore[union-attr]
         assert set(owners) == {"n1", "n2"}, f"the ring gives every origin to one node: {owners}"
         starts = oracle.seed_urls(web)
-        spiders += [Spider(n, tmp_path, starts, [f"HOSTRING_COORDINATOR={cluster.coordinator}"]) for n in ("a", "b")]
+        # a: SCHEDULER and the coordinator in the spider's own custom_settings; b: the example, on the command line.
+        own = variant(tmp_path, "a", {"SCHEDULER": SCHEDULER, "HOSTRING_COORDINATOR": cluster.coordinator})
+        spiders += [
+            Spider("a", tmp_path, starts, [], script=own),
+            Spider("b", tmp_path, starts, [f"HOSTRING_COORDINATOR={cluster.coordinator}"]),
+        ]
         run_together(spiders, 180)
         granted = {n: cluster.stats(n).leases_granted for n in ("n1", "n2")}
 

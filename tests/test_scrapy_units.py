@@ -18,15 +18,24 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scrapy import FormRequest, Request, Spider
-from scrapy.exceptions import CannotResolveHostError, DownloadTimeoutError, IgnoreRequest
+from scrapy.exceptions import CannotResolveHostError, DownloadTimeoutError, IgnoreRequest, NotConfigured
 from scrapy.http import HtmlResponse, JsonRequest
 from scrapy.settings import Settings
+from scrapy.utils.test import get_crawler
 from twisted.internet import error as twisted_error
 
 from hostring.fingerprint import body_digest, simhash64
 from hostring.limits import MAX_LINK_PAYLOAD_BYTES
 from hostring.ring import Member, Ring
-from hostring.scrapy import Addon, BadPayload, HostringConfigError, PluginConfig, RequestNotSerializable
+from hostring.scrapy import (
+    Addon,
+    BadPayload,
+    DownloaderMiddleware,
+    HostringConfigError,
+    PluginConfig,
+    RequestNotSerializable,
+    SpiderMiddleware,
+)
 from hostring.scrapy.codec import TRANSIENT_META, decode, encode
 from hostring.scrapy.config import check_crawler_settings
 from hostring.scrapy.outcome import ROBOTS_MAX_BYTES, error_class, error_outcome, response_outcome, retry_after_s
@@ -245,18 +254,30 @@ def test_bad_settings_are_named(values: dict[str, Any], named: str) -> None:
         PluginConfig.from_settings(crawler_settings(HOSTRING_NODES="a:1", **values))
 
 
-def test_the_scheduler_alone_is_refused_with_what_to_add(caplog: pytest.LogCaptureFixture) -> None:
-    bare = Settings({"SCHEDULER": "hostring.scrapy.Scheduler"})
-    with pytest.raises(HostringConfigError, match=r"DOWNLOADER_MIDDLEWARES = .*hostring\.scrapy\.DownloaderMiddleware"):
-        check_crawler_settings(bare)
-    half = Settings({"DOWNLOADER_MIDDLEWARES": {"hostring.scrapy.DownloaderMiddleware": 585}})
-    with pytest.raises(HostringConfigError, match=r"SPIDER_MIDDLEWARES = .*hostring\.scrapy\.SpiderMiddleware"):
-        check_crawler_settings(half)
+def test_the_scheduler_alone_is_all_it_takes(caplog: pytest.LogCaptureFixture) -> None:
+    """SCHEDULER alone passes the settings check without a word (the former refusal is gone); the add-on sets just
+    that; the two middlewares an earlier version needed still load and disable themselves, saying why."""
+    with caplog.at_level(logging.WARNING, "hostring.scrapy"):
+        check_crawler_settings(Settings({"SCHEDULER": "hostring.scrapy.Scheduler"}))
+    assert caplog.text == ""
+    addon = crawler_settings()
+    assert addon["SCHEDULER"] == "hostring.scrapy.Scheduler"
+    assert not any("hostring" in str(k) for k in addon.getdict("DOWNLOADER_MIDDLEWARES"))
+    assert not any("hostring" in str(k) for k in addon.getdict("SPIDER_MIDDLEWARES"))
+    crawler = get_crawler(ExampleSpider)
+    for middleware, setting in (
+        (DownloaderMiddleware, "DOWNLOADER_MIDDLEWARES"),
+        (SpiderMiddleware, "SPIDER_MIDDLEWARES"),
+    ):
+        with pytest.raises(NotConfigured, match=f"not needed any more: .*remove it from {setting}"):
+            middleware.from_crawler(crawler)
+
+
+def test_settings_hostring_makes_irrelevant_are_named(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, "hostring.scrapy"):
         check_crawler_settings(crawler_settings(ROBOTSTXT_OBEY=True, AUTOTHROTTLE_ENABLED=True, DOWNLOAD_DELAY=1))
     text = caplog.text
     assert "hostring owns robots.txt" in text and "AutoThrottle" in text and "DOWNLOAD_DELAY" in text
-    assert crawler_settings()["SCHEDULER"] == "hostring.scrapy.Scheduler"
 
 
 # ---------------------------------------------------------------------------------------------- routing

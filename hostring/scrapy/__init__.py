@@ -1,17 +1,15 @@
 """Scrapy through hostring: a scheduler plug-in that makes a spider's requests hostring frontier items.
 
-    ADDONS = {"hostring.scrapy.Addon": 0}      # sets the two settings below
-    HOSTRING_NODES = "127.0.0.1:50051"         # or HOSTRING_COORDINATOR = "coordinator:50050"
-
-or, without the add-on,
-
     SCHEDULER = "hostring.scrapy.Scheduler"
-    DOWNLOADER_MIDDLEWARES = {"hostring.scrapy.DownloaderMiddleware": 585}
-    SPIDER_MIDDLEWARES = {"hostring.scrapy.SpiderMiddleware": 5}
+    HOSTRING_NODES = "127.0.0.1:50051"         # or HOSTRING_COORDINATOR = "coordinator:50050"
 
 Every request the spider yields is Discovered; requests come back only from Leases, so robots.txt (fetched
 through Scrapy's own downloader when a node leases it), politeness, backoff, retries, redirects, dedup and trap
-budgets are hostring's, across any number of Scrapy processes. The README's "Scrapy" section has the details.
+budgets are hostring's, across any number of Scrapy processes. Nothing else needs enabling: the scheduler gives
+each request it hands out its own callback and errback, which complete the lease and then call the spider's.
+`ADDONS = {"hostring.scrapy.Addon": 0}` sets the same SCHEDULER; the two middlewares an earlier version needed
+(DownloaderMiddleware, SpiderMiddleware) still load, and disable themselves. The README's "Scrapy" section has
+the details.
 
 Needs the `scrapy` extra (`pip install 'hostring[scrapy]'`); importing `hostring` itself never needs Scrapy.
 """

@@ -27,12 +27,12 @@ from hostring.limits import MAX_LINK_PAYLOAD_BYTES
 PAYLOAD_VERSION = 1
 META_KEY = "hostring"
 """request.meta key of the lease a request was handed out under (never serialised)."""
-HANDOFF_KEY = "hostring_handoff"
-"""request.meta key of the stand-in request the middleware returns when hostring takes a download over."""
+PARENT_KEY = "hostring_parent"
+"""request.meta key of a request a page's callback yielded: that page's lease (never serialised)."""
 TRANSIENT_META = frozenset(
     {
         META_KEY,
-        HANDOFF_KEY,
+        PARENT_KEY,
         "depth",
         "is_start_request",
         "download_slot",

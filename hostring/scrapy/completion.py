@@ -1,17 +1,22 @@
-"""When and with what each lease is completed, and what the spider sees meanwhile.
+"""When each lease is completed, and what the spider sees meanwhile.
 
-The two middlewares call in here:
+The scheduler builds every request it hands out, so it gives each one the Completer's callback and errback and
+keeps the spider's own in the request's Handout; two signals time the download and read the response
+(request_reached_downloader, response_received). The wrappers put the spider's callback and errback back on
+the request and call them through Scrapy's own dispatch (`engine.scraper.call_spider_async`), so a default
+`parse`, CrawlSpider rules, coroutine and async-generator callbacks and a missing errback behave as without
+hostring. Then:
 
-- a 2xx page goes to the spider first; the requests its callback yields are captured on their way out
-  (HostringSpiderMiddleware) and sent inside the lease's Complete, as the fetch worker sends the links it
-  extracted. The node admits them in the same transaction that marks the page fetched, so a process killed at
-  any moment loses no link: before the Complete the lease expires and the page is fetched again; after it the
-  links are stored. (A duplicate body's links are dropped by the node, as for the worker.)
-- anything else is completed as soon as it is downloaded, and the spider sees it only when hostring is done
-  with it: a redirect hostring follows (the target is a new item carrying the same request), a status or error
-  hostring will retry, and a lease that went stale never reach the spider; a 404 or a download that failed
-  for good does (HttpError, errback), as with Scrapy's own retry middleware giving up.
-- a robots.txt download is completed with its body; it never reaches the spider.
+- a 2xx page goes to the spider; the requests its callback yields are tagged with the page (meta PARENT_KEY),
+  pass the spider middlewares and the engine's checks as usual, and reach Scheduler.enqueue_request, which
+  keeps them for the page's Complete. That Complete is sent when Scrapy is done with the response (the task
+  that called the callback has ended), so it carries every link, and the node admits them in the same
+  transaction that marks the page fetched: a process killed at any moment loses none. (A duplicate body's
+  links are dropped by the node, as for the fetch worker.)
+- anything else is completed as soon as it reaches the callback or errback, and the spider sees it only when
+  hostring is done with it: a redirect hostring follows (the target is a new item carrying the same request),
+  a status or error hostring will retry, and a lease that went stale never reach the spider; a 404 or a
+  download that failed for good do (HttpError, errback), as with Scrapy's own retry middleware giving up.
 """
 
 from __future__ import annotations
@@ -20,23 +25,22 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin, urlsplit
 
-from scrapy import Request, Spider, signals
-from scrapy.exceptions import IgnoreRequest
+from scrapy import Request, Spider
 from scrapy.http import Response
-from scrapy.http.request import NO_CALLBACK
 from twisted.python.failure import Failure
 
-from hostring.scrapy.codec import HANDOFF_KEY, META_KEY, RequestNotSerializable, encode
+from hostring.scrapy.codec import META_KEY, PARENT_KEY, RequestNotSerializable, encode
 from hostring.scrapy.outcome import error_outcome, response_outcome
 from hostring.scrapy.session import FrontierSession, Lease
 from hostring.v1 import frontier_pb2 as pb
 
 if TYPE_CHECKING:
+    from scrapy.core.scraper import Scraper
     from scrapy.crawler import Crawler
 
 log = logging.getLogger("hostring.scrapy")
@@ -48,10 +52,15 @@ _CREDENTIAL_HEADERS = (b"Authorization", b"Cookie")
 
 @dataclass(eq=False)
 class Handout:
-    """What rides in request.meta["hostring"] of a request hostring handed out: its lease and who settles it."""
+    """What rides in request.meta["hostring"] of a request hostring handed out: its lease, the spider's own
+    callback and errback, and who settles it."""
 
     lease: Lease
     completer: Completer
+    callback: Callable[..., Any] | None = None
+    errback: Callable[..., Any] | None = None
+    downloaded: pb.Outcome | None = None
+    """The outcome of the response the downloader returned (response_received), if one came."""
     outcome: pb.Outcome | None = None
     """The outcome of a 2xx page while the spider works on it (its Complete waits for the spider's output)."""
     captured: list[Request] = field(default_factory=list)
@@ -78,7 +87,8 @@ def hostring_priority(scrapy_priority: int) -> int:
 
 
 class Completer:
-    """Completes leases for one Scheduler: from the downloader middleware, then from the spider middleware."""
+    """Completes leases for one Scheduler: the callback and errback of every page it hands out, and the
+    signals that time and read their downloads."""
 
     def __init__(
         self,
@@ -102,67 +112,165 @@ class Completer:
     def _stat(self, key: str, count: int = 1) -> None:
         self.crawler.stats.inc_value(key, count)
 
-    # ------------------------------------------------------------------ downloads (downloader middleware)
+    def arm(self, request: Request, handout: Handout) -> None:
+        """Make `request` (built from a lease) come back here: the spider's callback and errback go to the
+        handout, the Completer's take their place."""
+        handout.callback, handout.errback = request.callback, request.errback
+        request.callback, request.errback = self.callback, self.errback
+        request.meta[META_KEY] = handout
 
-    async def on_response(self, handout: Handout, request: Request, response: Response) -> Response | Request:
-        """The response for the spider, or a stand-in request when hostring takes the download over."""
+    def disarm(self, request: Request, handout: Handout) -> None:
+        """Give `request` the spider's callback and errback back (the spider sees its own; payloads name them)."""
+        if request.callback == self.callback:
+            request.callback = handout.callback
+        if request.errback == self.errback:
+            request.errback = handout.errback
+
+    # ------------------------------------------------------------------ signals
+
+    def reached_downloader(self, request: Request) -> None:
+        """request_reached_downloader: the download of a leased request starts (for its timing)."""
+        handout = handout_of(request)
+        if handout is not None:
+            handout.lease.started = time.monotonic()
+
+    def response_received(self, response: Response, request: Request) -> None:
+        """response_received: what the Complete will say of a page's download, read as the downloader returned
+        it (after the downloader middlewares: decompressed), before any spider middleware."""
+        handout = handout_of(request)
+        if handout is None or handout.lease.item.kind == pb.ROBOTS:
+            return
+        elapsed = _elapsed(handout.lease, request)
+        handout.downloaded = response_outcome(response, elapsed, robots=False, simhash=self.simhash)
+
+    # ------------------------------------------------------------------ the callback and the errback
+
+    def callback(self, response: Response, **cb_kwargs: Any) -> AsyncIterator[Any]:
+        """Request.callback of every page hostring hands out (see the module docstring). A plain function, so
+        that it runs in the task that will process its output to the end."""
+        request = response.request
+        handout = handout_of(request)
+        if request is None or handout is None:
+            raise RuntimeError(f"hostring.scrapy's callback was given {response!r}, which hostring did not hand out")
+        self.disarm(request, handout)
+        outcome = handout.downloaded or response_outcome(
+            response, _elapsed(handout.lease, request), robots=False, simhash=self.simhash
+        )
+        if handout.lease.completing or not 200 <= response.status < 300:
+            return self._settled_output(handout, response, request, outcome)
+        in_task = self._await_output(handout, outcome)
+        return self._page_output(handout, response, request, finish_at_end=not in_task)
+
+    async def errback(self, failure: Failure) -> Iterable[Any] | AsyncIterator[Any] | None:
+        """Request.errback of every request hostring hands out: complete the lease with the failure (or with the
+        response a spider middleware refused, e.g. HttpError), then hand it to the spider's errback unless
+        hostring retries or redirects it. Without an errback of the spider's, the failure is raised again, and
+        Scrapy handles it as it would have (logs it, or HttpErrorMiddleware ignores the response)."""
+        request: Request | None = getattr(failure, "request", None)
+        handout = handout_of(request)
+        if request is None or handout is None:
+            failure.raiseException()
+            return None  # pragma: no cover - raiseException always raises
+        self.disarm(request, handout)
+        if not (handout.lease.completing or handout.awaiting_output):
+            outcome = handout.downloaded or error_outcome(
+                failure.value or Exception("?"), _elapsed(handout.lease, request)
+            )
+            if await self._settle(handout, request, outcome):
+                return None
+        return await self._scraper().call_spider_async(failure, request)
+
+    def _scraper(self) -> Scraper:
+        engine = self.crawler.engine
+        if engine is None:
+            raise RuntimeError("hostring.scrapy: the crawler has no engine")
+        return engine.scraper
+
+    async def _spider_output(self, response: Response, request: Request) -> AsyncIterator[Any]:
+        """What the spider's own callback makes of `response`, through Scrapy's dispatch."""
+        output = await self._scraper().call_spider_async(response, request)
+        if isinstance(output, AsyncIterator):
+            async for out in output:
+                yield out
+        else:
+            for out in output:
+                yield out
+
+    async def _settled_output(
+        self, handout: Handout, response: Response, request: Request, outcome: pb.Outcome
+    ) -> AsyncIterator[Any]:
+        """A non-2xx response a spider takes in its callback (handle_httpstatus_list, ...): completed first; the
+        spider sees it only if hostring neither retries nor redirects it."""
+        if not handout.lease.completing and await self._settle(handout, request, outcome):
+            return
+        async for out in self._spider_output(response, request):
+            yield out
+
+    async def _settle(self, handout: Handout, request: Request, outcome: pb.Outcome) -> bool:
+        """Complete a lease now (with its redirect target as a link); whether the spider must not see it."""
         lease = handout.lease
-        robots = lease.item.kind == pb.ROBOTS
-        outcome = response_outcome(response, _elapsed(lease, request), robots=robots, simhash=self.simhash)
-        if not robots and 200 <= response.status < 300:
-            handout.outcome = outcome  # completed once the spider's output is known (finish_output)
-            handout.overdue = asyncio.get_running_loop().call_later(self.output_timeout_s, self._overdue, handout)
-            return response
-        links = [] if robots or not outcome.location else [self._redirect_link(lease, request, outcome)]
+        links = [self._redirect_link(lease, request, outcome)] if outcome.location else []
         resp = await self.session.complete(lease, outcome, links)
-        if robots:
-            return response
         if resp is None or not resp.accepted:
-            return self._handoff(request, "stale")
-        if resp.state in _RETRY_STATES:
-            return self._handoff(request, "retry")
-        if links:
-            return self._handoff(request, "redirect")
-        return response
-
-    async def on_failure(self, handout: Handout, request: Request, exc: BaseException) -> Request | None:
-        """Complete with a download error; None (the errback runs) only once hostring gives up on the URL."""
-        lease = handout.lease
-        resp = await self.session.complete(lease, error_outcome(exc, _elapsed(lease, request)))
-        if lease.item.kind == pb.ROBOTS:
-            return None
-        if resp is None or not resp.accepted:
-            return self._handoff(request, "stale")
-        if resp.state in _RETRY_STATES:
-            return self._handoff(request, "retry")
-        return None
-
-    def _handoff(self, request: Request, why: str) -> Request:
-        """The stand-in returned instead of the response: the engine schedules it, Scheduler.enqueue_request
-        recognises it and stores nothing, so no callback or errback runs."""
+            why = "stale"
+        elif resp.state in _RETRY_STATES:
+            why = "retry"
+        elif links:
+            why = "redirect"
+        else:
+            return False
         self._stat(f"hostring/withheld/{why}")
         log.debug("hostring takes over %s (%s)", request.url, why)
-        return Request(request.url, callback=NO_CALLBACK, dont_filter=True, meta={HANDOFF_KEY: why})
+        return True
 
-    # ------------------------------------------------------------------ the spider's output (spider middleware)
+    def replaced(self, handout: Handout, request: Request) -> None:
+        """A downloader middleware turned a leased download into a request for another URL (which is Discovered
+        as any other): the lease ends here, as `ignored`, so that its host is not held for ever."""
+        self.disarm(request, handout)
+        self._stat("hostring/complete/replaced")
+        detail = f"a downloader middleware replaced it with {request.url}"[:500]
+        outcome = pb.Outcome(error_class="ignored", error_detail=detail, retry_after_s=-1)
+        self.session.spawn(self.session.complete(handout.lease, outcome), "hostring-complete")
 
-    def capture(self, handout: Handout, request: Request) -> None:
-        """Keep a request the spider yielded from a 2xx page for that page's Complete, after the checks the
-        engine would run (request_scheduled: e.g. OffsiteMiddleware). A URL this process already gave hostring
-        is skipped first: navigation repeats on every page, and hostring has it."""
+    # ------------------------------------------------------------------ a 2xx page's output
+
+    def _await_output(self, handout: Handout, outcome: pb.Outcome) -> bool:
+        """Hold a 2xx page's Complete until Scrapy is done with the response: the task running this callback
+        goes on to send each output through the spider middlewares to the engine, and ends after the last.
+        False if there is no such task (the Complete then follows the callback's last output)."""
+        handout.outcome = outcome
+        loop = asyncio.get_running_loop()
+        handout.overdue = loop.call_later(self.output_timeout_s, self._overdue, handout)
+        task = asyncio.current_task()
+        if task is None:  # pragma: no cover - Scrapy calls every callback from a task
+            return False
+        task.add_done_callback(lambda _: self.finish_output(handout))
+        return True
+
+    async def _page_output(
+        self, handout: Handout, response: Response, request: Request, *, finish_at_end: bool
+    ) -> AsyncIterator[Any]:
+        try:
+            async for out in self._spider_output(response, request):
+                if isinstance(out, Request):
+                    out.meta[PARENT_KEY] = handout
+                yield out
+        finally:
+            if finish_at_end:  # pragma: no cover - see _await_output
+                asyncio.get_running_loop().call_soon(self.finish_output, handout)
+
+    def capture(self, handout: Handout, request: Request) -> bool:
+        """Keep a request the spider yielded from a 2xx page (it passed the spider middlewares and the engine's
+        request_scheduled checks) for that page's Complete. A URL this process already gave hostring is not
+        sent again (False: Scrapy counts it as dropped, like a duplicate): navigation repeats on every page."""
         if self._known(request.url):
             handout.known += 1
-            return
-        results = self.crawler.signals.send_catch_log(
-            signal=signals.request_scheduled, request=request, spider=self.spider, dont_log=IgnoreRequest
-        )
-        for _, result in results:
-            if isinstance(result, Failure) and isinstance(result.value, IgnoreRequest):
-                return
+            return False
         handout.captured.append(request)
+        return True
 
     def finish_output(self, handout: Handout) -> None:
-        """The spider is done with a 2xx page: complete its lease with the links it yielded."""
+        """Scrapy is done with a 2xx page: complete its lease with the links its callback yielded."""
         outcome = handout.outcome
         if outcome is None:
             return
@@ -178,7 +286,6 @@ class Completer:
             except RequestNotSerializable as e:
                 log.error("hostring cannot carry a request, dropping it: %s", e)
                 self._stat("hostring/discover/unserializable")
-                self.crawler.signals.send_catch_log(signal=signals.request_dropped, request=request, spider=self.spider)
         handout.captured = []
         self.session.spawn(self._complete_page(handout.lease, outcome, links), "hostring-complete")
 

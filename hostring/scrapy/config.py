@@ -9,17 +9,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 from scrapy.settings import BaseSettings
-from scrapy.utils.conf import build_component_list
-from scrapy.utils.misc import load_object
 
 from hostring.security import INSECURE, SecurityConfigError, TlsConfig
 
 log = logging.getLogger("hostring.scrapy")
-
-MIDDLEWARE_ORDER = 585
-"""Downloader middleware: between HttpCompression (590: digests cover the decoded body) and MetaRefresh (580)."""
-SPIDER_MIDDLEWARE_ORDER = 5
-"""Spider middleware: closest to the engine, so it sees the requests a callback yields as the engine would."""
 
 
 class HostringConfigError(ValueError):
@@ -109,20 +102,7 @@ class PluginConfig:
 
 
 def check_crawler_settings(settings: BaseSettings) -> None:
-    """Refuse a crawl without the plug-in's two middlewares; warn about settings hostring makes irrelevant."""
-    from hostring.scrapy.middleware import DownloaderMiddleware, SpiderMiddleware
-
-    for setting, cls, order in (
-        ("DOWNLOADER_MIDDLEWARES", DownloaderMiddleware, MIDDLEWARE_ORDER),
-        ("SPIDER_MIDDLEWARES", SpiderMiddleware, SPIDER_MIDDLEWARE_ORDER),
-    ):
-        enabled = build_component_list(settings.get_component_priority_dict_with_base(setting))
-        if not any(_is(component, cls) for component in enabled):
-            raise HostringConfigError(
-                f"SCHEDULER = 'hostring.scrapy.Scheduler' completes leases from its middlewares: add {setting} = "
-                f"{{'hostring.scrapy.{cls.__name__}': {order}}} (and the other one), or use "
-                "ADDONS = {'hostring.scrapy.Addon': 0}, which sets the scheduler and both middlewares"
-            )
+    """Warn about settings hostring makes irrelevant (nothing else is needed besides SCHEDULER)."""
     if settings.getbool("ROBOTSTXT_OBEY"):
         log.warning(
             "ROBOTSTXT_OBEY is on, but hostring owns robots.txt (RFC 9309, fetched once per origin through this "
@@ -138,11 +118,3 @@ def check_crawler_settings(settings: BaseSettings) -> None:
             "DOWNLOAD_DELAY is added on top of hostring's per-host delay (set it on the nodes: --delay); "
             "consider DOWNLOAD_DELAY = 0"
         )
-
-
-def _is(component: object, cls: type) -> bool:
-    try:
-        obj = load_object(component) if isinstance(component, str) else component
-    except (ImportError, NameError, ValueError):
-        return False
-    return isinstance(obj, type) and issubclass(obj, cls)

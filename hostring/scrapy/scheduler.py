@@ -3,15 +3,19 @@
 - enqueue_request: a start request (or one yielded outside a 2xx page's callback, e.g. from an errback) is
   serialised (codec) and Discovered; hostring scopes, dedups and orders it. Scrapy's priority maps to
   hostring's (higher in Scrapy is sooner, lower in hostring is sooner). Refused and duplicate requests fire
-  `request_dropped` when their verdict arrives. Requests yielded from a 2xx page travel in that page's
-  Complete instead (completion.py).
-- Leases: each leased page is rebuilt from its payload and handed to the engine with `engine.crawl()`, which
-  comes back to enqueue_request and waits in `_ready` for `next_request`. A leased robots.txt is fetched with
-  `engine.download_async()` (downloader middlewares only, never the spider). Scrapy's Retry, Redirect,
-  MetaRefresh and RobotsTxt middlewares are told to stand aside (meta dont_retry, dont_redirect,
-  dont_obey_robotstxt): retries, redirects and robots are hostring's.
+  `request_dropped` when their verdict arrives. Requests a 2xx page's callback yields arrive here tagged with
+  that page and travel in its Complete instead (completion.py).
+- Leases: each leased page is rebuilt from its payload, armed with the Completer's callback and errback (the
+  spider's own ride in its Handout), and handed to the engine with `engine.crawl()`, which comes back to
+  enqueue_request and waits in `_ready` for `next_request`. A leased robots.txt is fetched with
+  `engine.download_async()` (downloader middlewares only, never the spider) and completed with its body.
+  Scrapy's Retry, Redirect, MetaRefresh and RobotsTxt middlewares are told to stand aside (meta dont_retry,
+  dont_redirect, dont_obey_robotstxt): retries, redirects and robots are hostring's.
 - has_pending_requests is true while this process has work, and then until every node stayed drained for
   HOSTRING_DRAIN_GRACE_S (for ever with HOSTRING_WHEN_DRAINED = "wait").
+
+Nothing else needs enabling: `SCHEDULER = "hostring.scrapy.Scheduler"` plus HOSTRING_NODES or
+HOSTRING_COORDINATOR is the whole setup.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import collections
 import functools
 import logging
+import time
 from typing import TYPE_CHECKING, Self
 
 from scrapy import Request, Spider, signals
@@ -30,10 +35,10 @@ from twisted.internet.defer import Deferred
 
 from hostring.client import Router
 from hostring.membership import RingWatcher
-from hostring.scrapy.codec import HANDOFF_KEY, META_KEY, BadPayload, RequestNotSerializable, decode
+from hostring.scrapy.codec import META_KEY, PARENT_KEY, BadPayload, RequestNotSerializable, decode
 from hostring.scrapy.completion import Completer, Handout, handout_of
 from hostring.scrapy.config import HostringConfigError, PluginConfig, check_crawler_settings
-from hostring.scrapy.outcome import error_outcome
+from hostring.scrapy.outcome import error_outcome, response_outcome
 from hostring.scrapy.session import FrontierSession, Lease, StaticRing
 from hostring.v1 import frontier_pb2 as pb
 
@@ -106,7 +111,17 @@ class Scheduler(BaseScheduler):
             remember=self._remember,
             known=self._sent.__contains__,
         )
+        connect = self.crawler.signals.connect
+        connect(self.completer.reached_downloader, signal=signals.request_reached_downloader)
+        connect(self.completer.response_received, signal=signals.response_received)
+        connect(self._start_leasing, signal=signals.spider_opened)
+
+    def _start_leasing(self) -> None:
+        """spider_opened: the engine is ready to crawl, so leases taken now are downloaded at once (none is held,
+        its host waiting, while the rest of Scrapy starts)."""
+        assert self.session is not None
         self.session.start()
+        cfg = self.config
         where = f"coordinator {cfg.coordinator}" if cfg.coordinator else f"node(s) {', '.join(cfg.nodes)}"
         log.info("hostring scheduler %s leasing from %s", cfg.worker_id, where)
 
@@ -116,7 +131,11 @@ class Scheduler(BaseScheduler):
         return deferred_from_coro(self._close())
 
     async def _close(self) -> None:
-        assert self.session is not None
+        assert self.session is not None and self.completer is not None
+        disconnect = self.crawler.signals.disconnect
+        disconnect(self.completer.reached_downloader, signal=signals.request_reached_downloader)
+        disconnect(self.completer.response_received, signal=signals.response_received)
+        disconnect(self._start_leasing, signal=signals.spider_opened)
         self._ready.clear()  # their leases are still open: close() gives them back
         await self.session.close(give_back=True)
         if isinstance(self._router, RingWatcher):
@@ -137,16 +156,22 @@ class Scheduler(BaseScheduler):
         if self._incoming.pop(id(request), None) is not None:  # a leased request, handed over by engine.crawl()
             self._ready.append(request)
             return True
-        meta = request.meta
-        if meta.get(HANDOFF_KEY):  # the stand-in for a download hostring took over: nothing to store
-            return True
-        handout = handout_of(request)
-        if handout is not None:
-            if handout.awaiting_output:  # a downloader middleware turned a 2xx page into another request
-                handout.completer.finish_output(handout)
-            elif not handout.lease.completing and request.url == handout.lease.item.url:
-                self._ready.append(request)  # a middleware re-scheduled a download it had not finished
-                return True
+        parent = request.meta.get(PARENT_KEY)
+        if isinstance(parent, Handout):  # yielded by the callback of a 2xx page this process leased
+            if parent.awaiting_output:
+                if parent.completer.capture(parent, request):
+                    self.stats.inc_value("scheduler/enqueued")
+                    self.stats.inc_value("scheduler/enqueued/hostring")
+                    return True
+                return False
+            self._stat("hostring/discover/after_complete", 1)
+        else:
+            handout = handout_of(request)
+            if handout is not None and not handout.lease.completing and not handout.awaiting_output:
+                if request.url == handout.lease.item.url:
+                    self._ready.append(request)  # a downloader middleware re-scheduled a download it had not finished
+                    return True
+                handout.completer.replaced(handout, request)
         return self._discover(request)
 
     def next_request(self) -> Request | None:
@@ -214,7 +239,8 @@ class Scheduler(BaseScheduler):
             self._stat("hostring/lease/bad_payload", 1)
             self.session.spawn(self._give_back(handout, "bad_payload", str(e)), "hostring-complete")
             return
-        request.meta.update({META_KEY: handout, "depth": item.depth, **_STAND_ASIDE})
+        request.meta.update({"depth": item.depth, **_STAND_ASIDE})
+        self.completer.arm(request, handout)
         engine = self.crawler.engine
         self._incoming[id(request)] = request
         try:
@@ -233,17 +259,20 @@ class Scheduler(BaseScheduler):
         await self.session.complete(handout.lease, outcome)
 
     async def _fetch_robots(self, request: Request, handout: Handout) -> None:
-        """robots.txt through Scrapy's downloader: its middlewares apply (User-Agent, proxy, decompression, ...),
-        the spider never sees it; the downloader middleware completes the lease with the body."""
+        """robots.txt through Scrapy's downloader (its middlewares apply: User-Agent, proxy, decompression, ...;
+        the spider never sees it), completed with its body, or with the error its download ended in."""
+        assert self.session is not None
         engine = self.crawler.engine
+        started = time.monotonic()
         try:
             if engine is None:
                 raise RuntimeError("no engine")
-            await engine.download_async(request)
+            response = await engine.download_async(request)
         except Exception as e:
-            if not handout.lease.completing:  # the middleware never saw it (the engine was closing)
-                assert self.session is not None
-                await self.session.complete(handout.lease, error_outcome(e, 0.0))
+            outcome = error_outcome(e, time.monotonic() - started)
+        else:
+            outcome = response_outcome(response, time.monotonic() - started, robots=True, simhash=False)
+        await self.session.complete(handout.lease, outcome)
 
     def _stat(self, key: str, count: int) -> None:
         self.stats.inc_value(key, count)
