@@ -61,6 +61,10 @@ class Store(Protocol):
     def flush(self) -> None:
         """Commit everything buffered, atomically."""
 
+    def prune(self, keys: Sequence[str]) -> None:
+        """Delete the rows of `keys` and their journal lines now, buffered writes landing first (retention of
+        revisited pages that are gone: nothing of them is kept after it)."""
+
     def backlog(self, host: str, after: tuple[int, int], limit: int) -> list[Item]:
         """Scheduled items of `host` whose (priority, seq) is greater than `after`, in that order (flushes first)."""
 

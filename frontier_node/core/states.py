@@ -37,6 +37,10 @@ class Event(enum.StrEnum):
     # A robots.txt answered with a redirect: the same item goes back to the queue of the target's host, so the
     # next hop is paced by that host's politeness (RFC 9309 asks crawlers to follow up to five hops).
     REDIRECT = "redirect"
+    # Revisits: an operator asked for a fetched page to be fetched again at a given time (the line carries it),
+    # and retention cleared the change history of a page retired from revisiting. Neither changes the state.
+    REFETCH = "refetch"
+    PRUNE = "prune"
     # An observation, not a move: a stale Complete kept as late evidence. Legal in every state, changes none.
     LATE_EVIDENCE = "late_evidence"
 
@@ -55,6 +59,9 @@ TRANSITIONS: dict[tuple[State, Event], State] = {
     (State.RETRYABLE, Event.RESCHEDULE): State.SCHEDULED,
     (State.RETRYABLE, Event.GIVE_UP): State.FAILED,
     (State.FETCHED, Event.REVISIT): State.SCHEDULED,
+    (State.FETCHED, Event.REFETCH): State.FETCHED,
+    (State.FAILED, Event.PRUNE): State.FAILED,
+    (State.SUPPRESSED, Event.PRUNE): State.SUPPRESSED,
 }
 
 TERMINAL: frozenset[State] = frozenset({State.REJECTED, State.FETCHED, State.FAILED, State.SUPPRESSED})

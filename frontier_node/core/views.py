@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from frontier_node.core.records import Item
+from frontier_node.core.revisit import RevisitView
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +31,8 @@ class HostView:
     robots: tuple[tuple[str, str], ...]  # (origin, RobotsRecord.describe()) of each origin, by origin
     fetched: int
     errors: int
+    revisits_due: int = 0  # pages due for a revisit now, waiting for the host's turn
+    revisit: str = ""  # the host's revisit policy (revisit.describe)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,3 +83,5 @@ class CoverageInput:
     items: Iterable[Item]  # every item row in first-write order; iterated once
     budget_breaches: Sequence[Mapping[str, object]] | None = None  # Budgets.report(): rule, pattern, example, ...
     verdicts: Mapping[tuple[str, str], int] | None = None  # Discover answers by (verdict, reason)
+    revisits: RevisitView | None = None  # a live node's revisit figures
+    revisit_outcomes: Mapping[str, int] | None = None  # revisits by outcome, counted from a store's journal
