@@ -22,7 +22,7 @@ from frontier_node.core.records import Item, Kind
 from frontier_node.core.states import State
 from frontier_node.core.views import CoverageInput
 from frontier_node.report import coverage_report
-from frontier_node.store.sqlite import ITEM_COLUMNS
+from frontier_node.store.sqlite import ITEM_COLUMNS, from_signed64
 
 NOT_IN_STORE = ("suppressed_by_rule", "discovered_by_verdict")
 _EXAMPLES = 10
@@ -41,10 +41,13 @@ def store_path(url: str) -> Path:
     return Path(url)
 
 
-def _item(row: tuple[Any, ...]) -> Item:
-    values = dict(zip(ITEM_COLUMNS, row, strict=True))
+def _item(columns: list[str], row: tuple[Any, ...]) -> Item:
+    """An Item from a row of `columns` (a store of an older schema lacks the newer ones: they keep defaults)."""
+    values = dict(zip(columns, row, strict=True))
     values["kind"] = Kind(values["kind"])
     values["state"] = State(values["state"])
+    if "simhash" in values:
+        values["simhash"] = from_signed64(values["simhash"])
     return Item(**values)
 
 
@@ -68,7 +71,18 @@ def store_report(path: Path, *, dispositions: bool = False) -> dict[str, Any]:
     try:
         con.execute("BEGIN")  # one read snapshot for items, journal and meta
         run_row = con.execute("SELECT value FROM meta WHERE name = 'run_id'").fetchone()
-        items = [_item(r) for r in con.execute(f"SELECT {', '.join(ITEM_COLUMNS)} FROM items ORDER BY rowid")]
+        present = {r[1] for r in con.execute("PRAGMA table_info(items)")}
+        columns = [c for c in ITEM_COLUMNS if c in present]
+        items = [_item(columns, r) for r in con.execute(f"SELECT {', '.join(columns)} FROM items ORDER BY rowid")]
+        revisits = Counter(
+            {
+                str(reason).removeprefix("revisit:"): n
+                for reason, n in con.execute(
+                    "SELECT reason, COUNT(*) FROM journal WHERE (event = 'complete' AND reason LIKE 'revisit:%') "
+                    "OR (event = 'fail' AND reason = 'gone') GROUP BY reason"
+                )
+            }
+        )
         leases = Counter(dict(con.execute("SELECT key, COUNT(*) FROM journal WHERE event = 'lease' GROUP BY key")))
         last = dict(
             con.execute(
@@ -83,7 +97,10 @@ def store_report(path: Path, *, dispositions: bool = False) -> dict[str, Any]:
     finally:
         con.close()
     # Budget breaches and Discover verdicts live in a node's memory only: the report leaves them out.
-    report = coverage_report(CoverageInput(str(run_row[0]) if run_row else "", items), dispositions=dispositions)
+    report = coverage_report(
+        CoverageInput(str(run_row[0]) if run_row else "", items, revisit_outcomes=dict(revisits)),
+        dispositions=dispositions,
+    )
     pages = [it for it in items if it.kind is Kind.PAGE and it.state is not State.REJECTED]
     per_page = {it.key: leases.get(it.key, 0) for it in pages}
     if dispositions:

@@ -36,7 +36,9 @@ from frontier_node.core.records import Entry, Item, Kind
 from frontier_node.core.states import State
 from hostring.domains import registrable_domain
 
-EXPORT_FORMAT: Final = 1
+# Format 2 added the revisit fields of a row (checked_at .. simhash); format-1 exports still import.
+EXPORT_FORMAT: Final = 2
+IMPORT_FORMATS: Final = frozenset({1, 2})
 SEP: Final = "\x1f"
 PRIORITY_OFFSET: Final = 2**63
 SEQ_LIMIT: Final = 10**20
@@ -46,8 +48,11 @@ _ORDER_LEN: Final = 41  # "pppp…(20):ssss…(20)"
 # Row JSON: every Item field except the key (the hash field) and state/host/priority/seq (in the prefix).
 _ROW_FIELDS: Final = (
     "url", "origin", "domain", "kind", "depth", "redirect_hops", "attempt", "generation", "reason", "deadline",
-    "due_at", "status", "etag", "last_modified", "evidence", "digest", "source",
+    "due_at", "status", "etag", "last_modified", "evidence", "digest", "source", "checked_at", "stored_at",
+    "interval_s", "visits", "changes", "watched_s", "changed_s", "simhash",
 )  # fmt: skip
+# A row written before the revisit fields existed holds the first _V1_FIELDS of the list; the rest default.
+_V1_FIELDS: Final = 17
 _ALL_ITEM_FIELDS: Final = frozenset({"key", "state", "host", "priority", "seq", *_ROW_FIELDS})
 if frozenset(f.name for f in dataclasses.fields(Item)) != _ALL_ITEM_FIELDS:
     raise ImportError("frontier_node.store.redis: Item fields changed; update _ROW_FIELDS and the row format")
@@ -146,7 +151,8 @@ def pack_row(item: Item, first: int) -> str:
     rest = json.dumps(
         [item.url, item.origin, item.domain, int(item.kind), item.depth, item.redirect_hops, item.attempt,
          item.generation, item.reason, item.deadline, item.due_at, item.status, item.etag, item.last_modified,
-         item.evidence, item.digest, item.source],
+         item.evidence, item.digest, item.source, item.checked_at, item.stored_at, item.interval_s, item.visits,
+         item.changes, item.watched_s, item.changed_s, item.simhash],
         separators=(",", ":"),
     )  # fmt: skip
     order = row_order(item.priority, item.seq)
@@ -157,10 +163,14 @@ def unpack_row(key: str, packed: str) -> Item:
     """The Item of a stored row (inverse of pack_row)."""
     state, host, order, _, rest = packed.split(SEP, 4)
     f = json.loads(rest)
-    return Item(
+    item = Item(
         key, f[0], host, f[1], f[2], _INT_KIND[f[3]], f[4], int(order[:20]) - PRIORITY_OFFSET, int(order[21:]),
         f[5], _TEXT_STATE[state], f[6], f[7], f[8], f[9], f[10], f[11], f[12], f[13], f[14], f[15], f[16],
     )  # fmt: skip
+    if len(f) > _V1_FIELDS:
+        (item.checked_at, item.stored_at, item.interval_s, item.visits, item.changes, item.watched_s,
+         item.changed_s, item.simhash) = f[17:25]  # fmt: skip
+    return item
 
 
 def row_state(packed: str) -> str:

@@ -39,7 +39,7 @@ from __future__ import annotations
 import heapq
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -52,6 +52,7 @@ from frontier_node.core.states import State
 from frontier_node.store.redis.codec import (
     EPOCH_LIMIT,
     EXPORT_FORMAT,
+    IMPORT_FORMATS,
     Keys,
     after_bound,
     check_seq,
@@ -372,6 +373,35 @@ class RedisStore:
         if error is not None:
             raise error
 
+    def prune(self, keys: Sequence[str]) -> None:
+        """Delete the rows of `keys` and their journal lines (every writer's) now, buffered writes first.
+
+        The rows go in one fenced script call per domain (FencedOut when another node owns it); the journal
+        lines are then found by one scan of each writer's journal of the domain: the core prunes rarely.
+        """
+        if not keys:
+            return
+        with self._lock:
+            self._flush_locked()
+        epoch = int(self._epoch())
+        by_domain: dict[str, list[str]] = {}
+        for key in keys:
+            domain = self._key_domain(key)
+            if domain:
+                by_domain.setdefault(domain, []).append(key)
+        for domain, doomed in sorted(by_domain.items()):
+            names = [self._keys.domain(domain, s) for s in ("fence", "items", "states")]
+            res = self._scripts.eval("prune", names, [self.node_id, epoch, json_array(doomed)])
+            if int(res[0]) == 0:
+                raise FencedOut(domain, epoch, int(text(res[2])), text(res[1]))
+            gone = set(doomed)
+            for writer in sorted(text(w) for w in self._r.smembers(self._keys.domain(domain, "writers"))):
+                name = self._keys.domain(domain, f"j:{writer}")
+                lines = {text(m) for m, _ in self._r.zscan_iter(name, count=_SCAN_COUNT)}
+                drop = [m for m in lines if unpack_line(m)[1].key in gone]
+                for start in range(0, len(drop), 1000):
+                    self._r.zrem(name, *drop[start : start + 1000])
+
     # -- fence -----------------------------------------------------------------------------------------
 
     def fence(self, domain: str) -> tuple[str, int] | None:
@@ -440,8 +470,8 @@ class RedisStore:
 
         Journal lines keep their writer, epoch and seq; rows and robots records replace what is there.
         """
-        if data.get("format") != EXPORT_FORMAT or data.get("domain") != domain:
-            raise ValueError(f"not an export of domain {domain!r} in format {EXPORT_FORMAT}")
+        if data.get("format") not in IMPORT_FORMATS or data.get("domain") != domain:
+            raise ValueError(f"not an export of domain {domain!r} in format {sorted(IMPORT_FORMATS)}")
         self.claim(domain, epoch)
         by_writer: dict[str, list[tuple[int, Entry]]] = {}
         for line in data["journal"]:
