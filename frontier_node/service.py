@@ -8,12 +8,14 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import grpc
 
 from frontier_node.core.frontier import Frontier, LeaseError
 from frontier_node.core.ports import Fenced
 from frontier_node.core.records import Item, Kind
+from frontier_node.core.revisit import describe
 from frontier_node.core.views import HostView
 from frontier_node.metrics import StoreTimer
 from frontier_node.report import coverage_report
@@ -264,6 +266,8 @@ class FrontierService(pb_grpc.FrontierServicer):
         return _host_info(host)
 
     def SetHostPolicy(self, request: pb.SetHostPolicyRequest, context: grpc.ServicerContext) -> pb.HostInfo:
+        if request.whole_domain or _revisit_fields(request):
+            return self._set_revisit_policy(request, context)
         with self.cond:
             try:
                 host = self.frontier.set_policy(
@@ -277,6 +281,45 @@ class FrontierService(pb_grpc.FrontierServicer):
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
             self.cond.notify_all()
         return _host_info(host)
+
+    def _set_revisit_policy(self, request: pb.SetHostPolicyRequest, context: grpc.ServicerContext) -> pb.HostInfo:
+        """Revisit overrides (and any politeness fields given with them) for a host or a whole domain."""
+        fields = _revisit_fields(request)
+        with self.cond:
+            try:
+                config = self.frontier.set_revisit_policy(request.host, domain=request.whole_domain, **fields)
+                host = None
+                if not request.whole_domain and (request.min_delay_s >= 0 or request.concurrency > 0):
+                    host = self.frontier.set_policy(
+                        request.host,
+                        min_delay_s=request.min_delay_s if request.min_delay_s >= 0 else None,
+                        concurrency=request.concurrency if request.concurrency > 0 else None,
+                    )
+                host = host or (None if request.whole_domain else self.frontier.host(request.host))
+                self._commit()
+            except KeyError as e:
+                context.abort(grpc.StatusCode.NOT_FOUND, str(e.args[0]))
+            except ValueError as e:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+            self.cond.notify_all()
+        if host is None:
+            return pb.HostInfo(host=request.host, domain=request.host, revisit=describe(config))
+        return _host_info(host)
+
+    def Refetch(self, request: pb.RefetchRequest, context: grpc.ServicerContext) -> pb.RefetchResponse:
+        if not request.url:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "url is required")
+        with self.cond:
+            at = request.at_ms / 1000.0 if request.at_ms > 0 else self.frontier.clock.now()
+            try:
+                key, state, due = self.frontier.refetch(request.url, at)
+            except KeyError as e:
+                context.abort(grpc.StatusCode.NOT_FOUND, str(e.args[0]))
+            except ValueError as e:
+                context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
+            self._commit()
+            self.cond.notify_all()
+        return pb.RefetchResponse(fetch_key=key, state=state, due_ms=int(due * 1000))
 
     def Report(self, request: pb.ReportRequest, context: grpc.ServicerContext) -> pb.ReportResponse:
         with self.cond:
@@ -299,7 +342,21 @@ def _host_info(host: HostView) -> pb.HostInfo:
         robots="; ".join(f"{origin}: {text}" for origin, text in host.robots),
         fetched=host.fetched,
         errors=host.errors,
+        revisit=host.revisit,
+        revisits_due=host.revisits_due,
     )
+
+
+def _revisit_fields(request: pb.SetHostPolicyRequest) -> dict[str, Any]:
+    """The revisit overrides a SetHostPolicy request sets (unset and non-positive fields leave values as is)."""
+    given: dict[str, Any] = {
+        "policy": request.revisit or None,
+        "interval_s": request.revisit_interval_s if request.revisit_interval_s > 0 else None,
+        "min_s": request.revisit_min_s if request.revisit_min_s > 0 else None,
+        "max_s": request.revisit_max_s if request.revisit_max_s > 0 else None,
+        "share": request.revisit_share if request.HasField("revisit_share") else None,
+    }
+    return {k: v for k, v in given.items() if v is not None}
 
 
 def _lease_item(item: Item) -> pb.LeaseItem:
@@ -317,4 +374,8 @@ def _lease_item(item: Item) -> pb.LeaseItem:
         host=item.host,
         redirect_hops=item.redirect_hops,
         domain=item.domain,
+        revisit=item.checked_at > 0,
+        refers_to=item.evidence if item.checked_at > 0 else "",
+        stored_digest=item.digest if item.checked_at > 0 else "",
+        stored_at_ms=int(item.stored_at * 1000),
     )

@@ -35,9 +35,11 @@ else:
 ADMIN_TOKEN_ENV = "HOSTRING_ADMIN_TOKEN"
 """Environment variable holding the admin token (servers check it, admin clients send it)."""
 
-FRONTIER_ADMIN_METHODS = frozenset({"/hostring.v1.Frontier/PauseHost", "/hostring.v1.Frontier/SetHostPolicy"})
+FRONTIER_ADMIN_METHODS = frozenset(
+    {"/hostring.v1.Frontier/PauseHost", "/hostring.v1.Frontier/SetHostPolicy", "/hostring.v1.Frontier/Refetch"}
+)
 COORDINATOR_ADMIN_METHODS = frozenset({"/hostring.v1.Coordinator/Register", "/hostring.v1.Coordinator/Leave"})
-# All four are unary-unary calls: the refusal handlers below answer that call shape only.
+# All of them are unary-unary calls: the refusal handlers below answer that call shape only.
 
 ChannelOptions = Sequence[tuple[str, Any]]
 
