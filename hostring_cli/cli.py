@@ -14,6 +14,7 @@ from frontier_node.core.config import BudgetConfig, FrontierConfig, PolitenessCo
 from frontier_node.core.robots import RobotsPolicy
 from hostring import logs
 from hostring_cli.cluster import add_cluster_commands, add_tls_flags, add_token_flag, tls_from, token_from
+from hostring_cli.revisit import add_revisit_commands, crawl_duration, revisit_config, revisit_flags, revisit_node_args
 
 if TYPE_CHECKING:
     from hostring_cli.crawl import CrawlOptions
@@ -100,6 +101,7 @@ def frontier_config(args: argparse.Namespace, scope: str = "all") -> FrontierCon
         user_agent=args.user_agent,
         lease_s=args.lease_s,
         scope=scope,
+        revisit=revisit_config(args),
     )
 
 
@@ -158,7 +160,7 @@ def _crawl_options(args: argparse.Namespace, seeds: list[str], out: str) -> Craw
         if not scope_file.is_file():
             raise SystemExit(f"hostring: --scope must be host, domain or an existing file, not {scope!r}")
         scope = "list"
-    frontier_config(args)  # validates the politeness flags
+    config = frontier_config(args)  # validates the politeness and revisit flags
     return CrawlOptions(
         seeds=seeds,
         out=Path(out),
@@ -186,7 +188,9 @@ def _crawl_options(args: argparse.Namespace, seeds: list[str], out: str) -> Craw
             str(args.retry_base_s),
             "--robots-attempts",
             str(args.robots_attempts),
+            *revisit_node_args(config.revisit),
         ],
+        duration_s=crawl_duration(args),
     )
 
 
@@ -308,6 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_token_flag(node, server=True)
     add_tls_flags(node, server=True)
     _politeness_flags(node)
+    revisit_flags(node)
     node.set_defaults(func=cmd_node)
 
     crawl = sub.add_parser(
@@ -367,6 +372,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="largest body read, on the wire (default: %(default)s)",
     )
     _politeness_flags(crawl)
+    revisit_flags(crawl, duration=True)
     crawl.set_defaults(func=cmd_crawl)
 
     demo = sub.add_parser(
@@ -386,6 +392,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=cmd_demo)
 
     add_cluster_commands(sub, DEFAULT_USER_AGENT)
+    add_revisit_commands(sub)
 
     report = sub.add_parser(
         "report",

@@ -32,6 +32,7 @@ from hostring.metrics import serve_metrics
 from hostring.urls import UrlRejected, identify
 from hostring.v1 import frontier_pb2 as pb
 from hostring.v1 import frontier_pb2_grpc as pb_grpc
+from hostring_cli.revisit import revisit_summary
 
 STORE_NAME = "frontier.sqlite3"
 _PORT_LINE = re.compile(r"listening on port (\d+)")
@@ -65,6 +66,7 @@ class CrawlOptions:
     metrics_port: int | None = None
     log_format: str = "text"
     node_args: list[str] = field(default_factory=list)
+    duration_s: float | None = None  # --duration: stop cleanly after this long and report (exit 0)
 
 
 def read_seeds(urls: list[str], seeds_file: Path | None) -> list[str]:
@@ -192,6 +194,7 @@ def summarize(report: dict[str, Any]) -> str:
     lines.append(f"  unresolved: {unresolved['count']}")
     for u in unresolved["items"][:10]:
         lines.append(f"    {u['url']}  {u['state']} {u['reason']}")
+    lines += revisit_summary(report)
     return "\n".join(lines)
 
 
@@ -231,14 +234,25 @@ async def _crawl(opts: CrawlOptions, address: str, stop: asyncio.Event, out: Tex
                 await asyncio.wait_for(finished.wait(), 0.5)
 
     shower = asyncio.create_task(show())
+    timed_out = asyncio.Event()  # --duration: a continuous crawl never drains; it ends cleanly after that long
+    timer = None
+    if opts.duration_s is not None:
+
+        def time_is_up() -> None:
+            timed_out.set()
+            stop.set()
+
+        timer = asyncio.get_running_loop().call_later(opts.duration_s, time_is_up)
     try:
         await worker.run(stop, until_drained=True)
     finally:
+        if timer is not None:
+            timer.cancel()
         finished.set()
         await shower
         progress.close()
         await worker.close()
-    if stop.is_set():
+    if stop.is_set() and not timed_out.is_set():
         await channel.close(None)
         return None
     report: dict[str, Any] = json.loads((await stub.Report(pb.ReportRequest(dispositions=True), timeout=300)).json)
