@@ -1,0 +1,201 @@
+"""Revisits through real processes and real stores: a `hostring node` on SQLite SIGKILLed with revisits pending,
+and a handoff between two cores over Redis, both keeping every page's due time and change history.
+
+The node test plays the fetch worker over gRPC (nothing is fetched: the hosts are never contacted). The
+handoff test runs two cores in this process on two RedisStores of one Redis, the second adopting the domain.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+import redis
+
+from frontier_node.core.config import FrontierConfig, PolitenessConfig, RevisitConfig
+from frontier_node.core.frontier import Frontier
+from frontier_node.core.journal import replay
+from frontier_node.core.records import Kind, Link, Outcome
+from frontier_node.core.states import State
+from frontier_node.store.redis import RedisStore
+from frontier_node.store.sqlite import SqliteStore
+from hostring.clock import VirtualClock
+from hostring.v1 import frontier_pb2 as pb
+from hostring.v1 import frontier_pb2_grpc as pb_grpc
+from hostring_testing.crawls import CrawlProcess, serve
+
+RPC_TIMEOUT_S = 10.0
+INTERVAL_S = 4.0
+URLS = [f"http://h{i % 2}.example/p{i}" for i in range(6)]
+
+
+def _node(store: Path, log_dir: Path, name: str) -> tuple[CrawlProcess, grpc.Channel, pb_grpc.FrontierStub]:
+    proc, port = serve(
+        ["node", "--store", f"sqlite:///{store}", "--listen", "127.0.0.1:0", "--delay", "0", "--lease-s", "30",
+         "--revisit", "fixed", "--revisit-interval", f"{INTERVAL_S:g}s", "--revisit-min", "1s"],
+        log_dir,
+        name,
+    )  # fmt: skip
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    grpc.channel_ready_future(channel).result(timeout=20)
+    return proc, channel, pb_grpc.FrontierStub(channel)  # type: ignore[no-untyped-call]
+
+
+def _lease(stub: pb_grpc.FrontierStub) -> list[pb.LeaseItem]:
+    resp = stub.Lease(pb.LeaseRequest(worker_id="test", max_items=100), timeout=RPC_TIMEOUT_S)
+    return list(resp.items)
+
+
+def _complete(stub: pb_grpc.FrontierStub, item: pb.LeaseItem, outcome: pb.Outcome) -> pb.CompleteResponse:
+    request = pb.CompleteRequest(lease_id=item.lease_id, generation=item.generation, outcome=outcome)
+    resp: pb.CompleteResponse = stub.Complete(request, timeout=RPC_TIMEOUT_S)
+    return resp
+
+
+def _page_outcome(url: str) -> pb.Outcome:
+    evidence = f"<urn:uuid:{abs(hash(url))}>"
+    return pb.Outcome(status=200, retry_after_s=-1, body_digest=f"sha256:{url}", etag=f'"{url}"',
+                      last_modified="Mon, 01 Jan 2024 00:00:00 GMT", evidence=evidence)  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_revisits_survive_a_sigkill_with_their_due_times(tmp_path: Path) -> None:
+    store = tmp_path / "node.sqlite3"
+    proc, channel, stub = _node(store, tmp_path, "node-1")
+    try:
+        stub.Discover(pb.DiscoverRequest(links=[pb.Link(observed=u, seed=True) for u in URLS]), timeout=RPC_TIMEOUT_S)
+        fetched_at: dict[str, float] = {}
+        deadline = time.monotonic() + 20
+        while len(fetched_at) < len(URLS) and time.monotonic() < deadline:
+            for item in _lease(stub):
+                if item.kind == pb.ROBOTS:
+                    _complete(stub, item, pb.Outcome(status=404, retry_after_s=-1))
+                else:
+                    assert not item.revisit and not item.etag  # a first fetch: nothing to be conditional on
+                    before = time.time()
+                    assert _complete(stub, item, _page_outcome(item.url)).state == "fetched"
+                    fetched_at[item.url] = before
+            time.sleep(0.05)
+        assert set(fetched_at) == set(URLS)
+    finally:
+        proc.kill()  # SIGKILL: no flush, no close
+        channel.close()
+    rows = {r.url: r for r in SqliteStore(store).items() if r.kind is Kind.PAGE}
+    for url, row in rows.items():
+        assert row.state is State.FETCHED and row.due_at == pytest.approx(row.checked_at + INTERVAL_S)
+        assert row.checked_at >= fetched_at[url] - 1e-3
+
+    proc, channel, stub = _node(store, tmp_path, "node-2")
+    try:
+        leased: dict[str, tuple[float, pb.LeaseItem]] = {}
+        deadline = time.monotonic() + 30
+        while len(leased) < len(URLS) and time.monotonic() < deadline:
+            for item in _lease(stub):
+                now = time.time()
+                if item.kind == pb.ROBOTS:
+                    _complete(stub, item, pb.Outcome(status=404, retry_after_s=-1))
+                    continue
+                leased[item.url] = (now, item)
+                _complete(stub, item, pb.Outcome(status=304, retry_after_s=-1, etag=f'"{item.url}"'))
+            time.sleep(0.05)
+        assert set(leased) == set(URLS)
+        for url, (at, item) in leased.items():
+            assert at >= rows[url].due_at - 0.05, f"{url} leased {rows[url].due_at - at:.2f} s before it was due"
+            # the lease says what a conditional revisit and its WARC record need
+            assert item.revisit and item.etag == f'"{url}"' and item.last_modified.startswith("Mon, 01 Jan 2024")
+            assert item.refers_to == rows[url].evidence and item.stored_digest == f"sha256:{url}"
+            assert item.stored_at_ms == int(rows[url].stored_at * 1000)
+    finally:
+        proc.kill()
+        channel.close()
+    # after the second kill: every revisit is journaled, and the journal alone rebuilds the due times
+    sqlite = SqliteStore(store)
+    try:
+        replayed = replay(sqlite.journal())
+        for row in sqlite.items():
+            if row.kind is Kind.PAGE:
+                assert row.reason == "revisit:not_modified"
+                again = replayed[row.key].item
+                assert again is not None and again.due_at == row.due_at and again.visits == row.visits == 1
+    finally:
+        sqlite.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_handoff_over_redis_carries_due_times_and_change_histories(redis_url: str, redis_namespace: str) -> None:
+    client = redis.Redis.from_url(redis_url)
+    clock = VirtualClock()
+    config = FrontierConfig(
+        politeness=PolitenessConfig(min_delay_s=0.0), revisit=RevisitConfig("adaptive", 100, 10, 1000)
+    )
+    store_a = RedisStore(client, node_id="node-a", epoch=1, namespace=redis_namespace)
+    store_b = RedisStore(client, node_id="node-b", epoch=2, namespace=redis_namespace)
+    try:
+        a = Frontier(store_a, clock, config)
+        a.discover([Link(f"http://www.moving.example/p{i}") for i in range(4)])
+        version = dict.fromkeys(range(4), 0)
+        for _ in range(3000):  # a few revisits each: p0 and p1 change at every visit, p2 and p3 never
+            for it in a.lease("w", 10):
+                if it.kind is Kind.ROBOTS:
+                    a.complete(it.key, it.generation, Outcome(status=404))
+                    continue
+                i = int(it.url.rsplit("p", 1)[1])
+                version[i] += i < 2
+                simhash = (0x9E3779B97F4A7C15 * (version[i] + 1) * (i + 7)) & 0xFFFFFFFFFFFFFFFF  # far apart
+                a.complete(
+                    it.key, it.generation, Outcome(status=200, body_digest=f"d{i}.{version[i]}", simhash=simhash)
+                )
+            store_a.flush()
+            clock.advance(1.0)
+        before = {r.key: r for r in store_a.items() if r.kind is Kind.PAGE}
+        assert all(r.visits >= 3 for r in before.values())
+        assert {r.key: r.changes > 0 for r in before.values()} == {
+            f"http://www.moving.example/p{i}": i < 2 for i in range(4)
+        }
+        # the domain moves to B: B claims it (A is fenced from then on) and adopts its rows
+        adopted = store_b.adopt_domain("moving.example", 2)
+        a.release({"moving.example"})
+        b = Frontier(store_b, clock, config, recover=False)
+        b.adopt(adopted.items, adopted.robots)
+        after = {r.key: r for r in adopted.items if r.kind is Kind.PAGE}
+        fields = (
+            "state",
+            "due_at",
+            "checked_at",
+            "interval_s",
+            "visits",
+            "changes",
+            "watched_s",
+            "changed_s",
+            "simhash",
+        )
+        for key, row in before.items():
+            assert tuple(getattr(after[key], f) for f in fields) == tuple(getattr(row, f) for f in fields), key
+        # B revisits each page at its due time, not before; A never again
+        first_due = min(r.due_at for r in before.values() if r.state is State.FETCHED)
+        while clock.now() < first_due - 0.5:
+            assert [it for it in b.lease("w", 10) if it.kind is Kind.PAGE] == []
+            assert a.lease("w", 10) == []
+            clock.advance(0.5)
+        seen: set[str] = set()
+        end = max(r.due_at for r in before.values()) + 5
+        while clock.now() < end and seen != set(before):
+            for it in b.lease("w", 10):
+                if it.kind is Kind.PAGE:
+                    if it.key not in seen:
+                        assert before[it.key].due_at <= clock.now() < before[it.key].due_at + 1.0
+                        assert it.generation > before[it.key].generation
+                    seen.add(it.key)
+                    b.complete(it.key, it.generation, Outcome(status=304))
+                else:
+                    b.complete(it.key, it.generation, Outcome(status=404))
+            store_b.flush()
+            clock.advance(0.5)
+        assert seen == set(before)
+        assert all(r.reason == "revisit:not_modified" for r in store_b.items() if r.kind is Kind.PAGE)
+    finally:
+        store_b.close()
+        client.close()
