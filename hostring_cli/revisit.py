@@ -229,6 +229,9 @@ def cmd_revisit_policy(args: argparse.Namespace) -> int:
         value = getattr(args, f"revisit_{flag}")
         if value is not None:
             setattr(request, field, parse_duration(value, f"--revisit-{flag}"))
+    if request.revisit_interval_s:  # as on crawl and node: the bounds default to interval / 10 and x 10
+        request.revisit_min_s = request.revisit_min_s or request.revisit_interval_s / 10
+        request.revisit_max_s = request.revisit_max_s or request.revisit_interval_s * 10
     if args.revisit_share is not None:
         try:
             share = float(args.revisit_share)
@@ -285,7 +288,8 @@ def add_revisit_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser
     pol = verbs.add_parser(
         "policy",
         help="override the revisit policy of a host (or, with --domain, a registrable domain)",
-        description="Override NAME's revisit policy; flags not given keep their current value. It applies "
+        description="Override NAME's revisit policy; flags not given keep their current value, except that "
+        "--revisit-interval alone sets the bounds to interval / 10 and x 10, as on crawl and node. It applies "
         "from each page's next check on.",
     )
     pol.add_argument("name", metavar="NAME", help="a host, or with --domain a registrable domain")

@@ -398,3 +398,26 @@ def test_per_host_and_per_domain_overrides_apply_at_the_next_check_and_survive_a
     assert g.revisit_config("b.example").interval_s == 100
     view = g.host("img.a.example")
     assert view is not None and view.revisit == "off"
+
+
+def test_metrics_show_revisits_by_outcome_lag_due_pages_and_staleness() -> None:
+    import threading
+
+    from prometheus_client import generate_latest
+
+    from frontier_node.metrics import node_registry
+
+    f, clock, _ = _one_page(interval=100.0)
+    _visit(f, clock, Outcome(status=200, body_digest="sha256:a", etag='"a"'))
+    _visit(f, clock, Outcome(status=304))
+    _visit(f, clock, Outcome(status=200, body_digest="sha256:b"))
+    clock.advance(500)  # due again, and waiting
+    f.tick()
+    text = generate_latest(node_registry(f, threading.Condition())).decode()
+    assert 'hostring_node_revisits_total{outcome="not_modified"} 1.0' in text
+    assert 'hostring_node_revisits_total{outcome="changed"} 1.0' in text
+    assert 'hostring_node_revisits_total{outcome="gone"} 0.0' in text
+    assert "hostring_node_revisit_lag_seconds_count 2.0" in text
+    assert "hostring_node_revisits_due 1.0" in text
+    staleness = next(line for line in text.splitlines() if line.startswith("hostring_node_estimated_staleness "))
+    assert 0.0 < float(staleness.split()[1]) <= 1.0

@@ -24,22 +24,27 @@ from frontier_node.store.sqlite import SqliteStore
 from hostring.clock import VirtualClock
 from hostring.v1 import frontier_pb2 as pb
 from hostring.v1 import frontier_pb2_grpc as pb_grpc
-from hostring_testing.crawls import CrawlProcess, serve
+from hostring_testing.crawls import CrawlProcess, hostring_cmd, run_cli, serve
 
 RPC_TIMEOUT_S = 10.0
 INTERVAL_S = 4.0
 URLS = [f"http://h{i % 2}.example/p{i}" for i in range(6)]
 
 
-def _node(store: Path, log_dir: Path, name: str) -> tuple[CrawlProcess, grpc.Channel, pb_grpc.FrontierStub]:
+def _node(
+    store: Path, log_dir: Path, name: str, policy: tuple[str, ...] | None = None
+) -> tuple[CrawlProcess, grpc.Channel, pb_grpc.FrontierStub]:
+    if policy is None:
+        policy = ("--revisit", "fixed", "--revisit-interval", f"{INTERVAL_S:g}s", "--revisit-min", "1s")
     proc, port = serve(
         ["node", "--store", f"sqlite:///{store}", "--listen", "127.0.0.1:0", "--delay", "0", "--lease-s", "30",
-         "--revisit", "fixed", "--revisit-interval", f"{INTERVAL_S:g}s", "--revisit-min", "1s"],
+         *policy],
         log_dir,
         name,
     )  # fmt: skip
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
     grpc.channel_ready_future(channel).result(timeout=20)
+    proc.port = port  # type: ignore[attr-defined]
     return proc, channel, pb_grpc.FrontierStub(channel)  # type: ignore[no-untyped-call]
 
 
@@ -199,3 +204,55 @@ def test_a_handoff_over_redis_carries_due_times_and_change_histories(redis_url: 
     finally:
         store_b.close()
         client.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_an_operator_refetches_a_page_and_overrides_a_policy_from_the_command_line(tmp_path: Path) -> None:
+    proc, channel, stub = _node(tmp_path / "node.sqlite3", tmp_path, "node", policy=())  # one-shot
+    address = f"127.0.0.1:{proc.port}"  # type: ignore[attr-defined]
+    try:
+        url = "http://h0.example/page"
+        stub.Discover(pb.DiscoverRequest(links=[pb.Link(observed=url, seed=True)]), timeout=RPC_TIMEOUT_S)
+        for _ in range(2):
+            (item,) = _lease(stub)
+            _complete(stub, item, pb.Outcome(status=404, retry_after_s=-1) if item.kind == pb.ROBOTS else
+                      _page_outcome(url))  # fmt: skip
+        assert stub.Lease(pb.LeaseRequest(worker_id="t", max_items=10), timeout=RPC_TIMEOUT_S).drained
+
+        asked = time.time()
+        refetch = run_cli(hostring_cmd("revisit", "refetch", url, "--in", "2s", "--node", address), None, tmp_path, 30)
+        assert refetch.proc is not None and refetch.proc.returncode == 0, refetch.output()
+        assert refetch.stdout().startswith(f"{url}: fetched again at ")
+        leased: list[pb.LeaseItem] = []
+        while not leased and time.time() < asked + 15:
+            leased = [it for it in _lease(stub) if it.kind == pb.PAGE]
+            time.sleep(0.05)
+        assert leased and time.time() >= asked + 2.0 and leased[0].revisit and leased[0].etag == f'"{url}"'
+        _complete(stub, leased[0], pb.Outcome(status=304, retry_after_s=-1))
+
+        policy = run_cli(hostring_cmd("revisit", "policy", "h0.example", "--revisit", "adaptive",
+                                      "--revisit-interval", "10s", "--node", address), None, tmp_path, 30)  # fmt: skip
+        assert policy.proc is not None and policy.proc.returncode == 0, policy.output()
+        assert "host h0.example: revisits adaptive from 10s in [1s, 100s], share 0.5" in policy.stdout()
+        host = stub.GetHost(pb.GetHostRequest(host="h0.example"), timeout=RPC_TIMEOUT_S)
+        assert host.revisit.startswith("adaptive from 10s")
+        whole = run_cli(hostring_cmd("revisit", "policy", "h1.example", "--domain", "--revisit", "fixed",
+                                     "--revisit-interval", "1m", "--node", address), None, tmp_path, 30)  # fmt: skip
+        assert (
+            whole.proc is not None
+            and whole.proc.returncode == 0
+            and "domain h1.example: revisits fixed every 1m" in (whole.stdout())
+        ), whole.output()
+
+        for args in (
+            ("revisit", "refetch", "http://h0.example/never-seen", "--node", address),
+            ("revisit", "policy", "h0.example", "--revisit-min", "1h", "--revisit-max", "1m", "--node", address),
+        ):
+            bad = run_cli(hostring_cmd(*args), None, tmp_path, 30)
+            lines = bad.stderr().strip().splitlines()
+            assert bad.proc is not None and bad.proc.returncode == 1 and len(lines) == 1, bad.output()
+            assert ("NOT_FOUND" in lines[0] or "INVALID_ARGUMENT" in lines[0]) and "Traceback" not in bad.stderr()
+    finally:
+        proc.kill()
+        channel.close()

@@ -34,7 +34,6 @@ from collections import Counter
 from dataclasses import dataclass
 
 from frontier_node.core.config import RevisitConfig
-from frontier_node.core.dedup import key_hash
 from frontier_node.core.records import Item
 
 KAPPA = 1.0 - 2.0 / math.e  # g(1): the price that makes a page changing once per I0 be visited every I0
@@ -268,8 +267,15 @@ class DueBook:
         return min(times) if times else None
 
     def due_by(self, now: float) -> int:
-        """Revisit entries due at `now` (a scan: for inspection, not the hot path)."""
-        return sum(1 for at, _, _ in self._revisits if at <= now)
+        """Revisit entries due at `now`: a walk of the heap that stops below entries not due yet, so it costs
+        about as many steps as there are due entries (for inspection, not the hot path)."""
+        heap, count, todo = self._revisits, 0, [0] if self._revisits else []
+        while todo:
+            i = todo.pop()
+            if heap[i][0] <= now:
+                count += 1
+                todo.extend(j for j in (2 * i + 1, 2 * i + 2) if j < len(heap))
+        return count
 
 
 # ---------------------------------------------------------------------------------------------- counters
@@ -319,8 +325,9 @@ class RevisitCounters:
 
     def page(self, item: Item) -> None:
         """Note a page's current rate and last check, if it falls in the sample (pages whose key hash is
-        below a threshold that halves whenever the sample outgrows its limit)."""
-        h = key_hash(item.key)
+        below a threshold that halves whenever the sample outgrows its limit; the process's own str hash, so
+        the sample differs between processes, which an estimate does not mind)."""
+        h = hash(item.key) & 0xFFFFFFFFFFFFFFFF  # str hashes are cached: cheaper than key_hash on every completion
         if h >= self._threshold:
             return
         self._sample[item.key] = (item_rate(item), item.checked_at, h)
