@@ -421,3 +421,27 @@ def test_metrics_show_revisits_by_outcome_lag_due_pages_and_staleness() -> None:
     assert "hostring_node_revisits_due 1.0" in text
     staleness = next(line for line in text.splitlines() if line.startswith("hostring_node_estimated_staleness "))
     assert 0.0 < float(staleness.split()[1]) <= 1.0
+
+
+def test_a_redirect_that_stays_a_redirect_is_unchanged_and_its_target_offered_again() -> None:
+    f, clock, _ = _one_page()
+    row = _visit(f, clock, Outcome(status=301, location="http://a.example/new"))
+    assert row.state is State.FETCHED and row.status == 301
+    for _ in range(3):
+        (it,) = [it for it in _lease_when_due(f, clock) if it.kind is Kind.PAGE]
+        done = f.complete(it.key, it.generation, Outcome(status=301, location="http://a.example/new"),
+                          [Link("http://a.example/new", redirect_hops=1)])  # fmt: skip
+        assert (done.reason, done.follow_links) == ("revisit:unchanged", True)
+    row = f.store.get("http://a.example/page")
+    assert row is not None and row.changes == 0 and row.interval_s == 100.0  # fixed policy
+
+
+def _lease_when_due(f: Frontier, clock: VirtualClock) -> list[Item]:
+    for _ in range(100_000):
+        items = f.lease("w", 10)
+        if any(it.url.endswith("/page") for it in items):
+            return items
+        for it in items:  # the redirect target, fetched on the way
+            f.complete(it.key, it.generation, Outcome(status=404) if it.kind is Kind.ROBOTS else Outcome(status=200))
+        clock.advance(1.0)
+    raise AssertionError("never due")

@@ -19,6 +19,7 @@ import pytest
 from warcio.archiveiterator import ArchiveIterator
 
 from fetch_worker.warc import SERVER_NOT_MODIFIED
+from frontier_node.offline_report import store_report
 from hostring_testing import LocalWeb, Site
 from hostring_testing.changing import ChangingPage
 from hostring_testing.crawls import crawl_cmd, load_report, politeness_violations, run_cli
@@ -63,6 +64,8 @@ def test_a_continuous_crawl_revisits_by_change_rate_politely_and_conditionally(t
     assert "revisits: " in crawl.stdout()
     report = load_report(out)
     assert report["revisits"]["policy"] == "adaptive"
+    # the store alone (hostring report --store) counts the same revisits by outcome, from the journal
+    assert store_report(out / "frontier.sqlite3")["revisits"]["by_outcome"] == report["revisits"]["by_outcome"]
 
     # politeness throughout: one request in flight per origin, the delay between any two
     assert concurrency == {"a": 1, "b": 1}

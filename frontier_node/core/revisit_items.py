@@ -182,6 +182,11 @@ class RevisitItems:
             item.etag, item.last_modified = outcome.etag, outcome.last_modified
             if 200 <= status < 300 and outcome.body_digest and outcome.body_digest == item.digest:
                 change = Change.UNCHANGED
+            elif not 200 <= status < 300 and status == item.status:
+                # The same redirect or refusal again: the status is all there is to compare. A redirect's target
+                # is offered again (the seen-set drops it when it is known).
+                change = Change.UNCHANGED
+                follow = 300 <= status < 400 and bool(outcome.location) and not outcome.nofollow
             else:
                 simhash = outcome.simhash & 0xFFFFFFFFFFFFFFFF
                 distance = self._config.near_duplicate_distance
