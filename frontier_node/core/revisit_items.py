@@ -254,8 +254,11 @@ class RevisitItems:
             if row.reason == Change.GONE.value:
                 gone.append(row)
                 continue
+            # The history goes; the reason stays (why the page left the cycle: a report counts it, and a policy
+            # refusal is still one that a run under a wider policy reconsiders). The line carries the cleared
+            # numbers, so replay clears them too.
             row.due_at = row.interval_s = row.visits = row.changes = row.watched_s = row.changed_s = 0.0
-            self._move(row, Event.PRUNE, "retention")
+            self._move(row, Event.PRUNE, row.reason, data=pack_revisit(row))
         if gone:
             self._store.prune([row.key for row in gone])
             for row in gone:
