@@ -114,15 +114,17 @@ def revisit_config(args: argparse.Namespace) -> RevisitConfig:
     interval: float = args.revisit_interval
     low: float = args.revisit_min if args.revisit_min is not None else interval / 10
     high: float = args.revisit_max if args.revisit_max is not None else interval * 10
+    low_text = duration_text(low) + (", interval / 10 by default" if args.revisit_min is None else "")
+    high_text = duration_text(high) + (", interval x 10 by default" if args.revisit_max is None else "")
     if low > high:
         raise UsageError(
-            f"--revisit-min ({duration_text(low)}) is above --revisit-max ({duration_text(high)}); "
+            f"--revisit-min ({low_text}) is above --revisit-max ({high_text}); "
             "lower --revisit-min or raise --revisit-max"
         )
     if not low <= interval <= high:
         raise UsageError(
-            f"--revisit-interval ({duration_text(interval)}) must lie within --revisit-min ({duration_text(low)}) "
-            f"and --revisit-max ({duration_text(high)}); change one of them"
+            f"--revisit-interval ({duration_text(interval)}) must lie within --revisit-min ({low_text}) "
+            f"and --revisit-max ({high_text}); change one of them"
         )
     config = RevisitConfig(args.revisit, interval, low, high, args.revisit_share, args.retention)
     problem = revisit_config_problem(config)

@@ -6,12 +6,17 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+import tomllib
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from hostring_cli.cli import build_parser, frontier_config
 from hostring_cli.revisit import parse_duration, revisit_node_args
+from hostring_testing import CountingWeb
+from hostring_testing.crawls import LOOPBACK, load_report, run_cli
+from hostring_testing.pages import Page, Site, html_page
 
 BAD = [
     (["--revisit", "sometimes"], "--revisit: unknown policy 'sometimes'; choose one of off, fixed, adaptive"),
@@ -80,3 +85,57 @@ def test_good_flags_make_the_policy_the_node_gets_too() -> None:
     defaults = frontier_config(parser.parse_args(["node"])).revisit
     assert (defaults.policy, defaults.interval_s, defaults.min_s, defaults.max_s) == ("off", 86_400, 8_640, 864_000)
     assert isinstance(args, argparse.Namespace)
+
+
+# ---------------------------------------------------------------------------------------------- a crawl's run
+
+
+def _busy_web() -> dict[str, Site]:
+    """A home page, and a page that answers 503 with Retry-After: 3600 (a retry far off: idle-exit's case)."""
+    busy = Page(status=503, body=b"busy\n", content_type="text/plain", headers={"Retry-After": "3600"})
+    return {"a": Site(pages={"/": html_page('<a href="/busy">busy</a>'), "/busy": busy})}
+
+
+def _crawl(web: CountingWeb, out: Path, *flags: str) -> list[str]:
+    return [
+        sys.executable, "-m", "hostring_cli", "crawl", web.url("a"), "--out", str(out), "--no-progress",
+        "--allow-network", LOOPBACK, "--delay", "0.05", "--idle-exit", "1s", "--max-retry-after", "300", *flags,
+    ]  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_continuous_crawl_ends_at_its_duration_not_as_idle_and_resumes_with_its_stored_policy(
+    tmp_path: Path,
+) -> None:
+    with CountingWeb(_busy_web()) as web:
+        # one-shot: the only work left is a retry an hour off, so the crawl ends as idle (exit 0: a page fetched)
+        once = run_cli(_crawl(web, tmp_path / "once"), tmp_path / "once", tmp_path, 60)
+        assert once.proc is not None and once.proc.returncode == 0, once.output()
+        assert load_report(tmp_path / "once")["finish"]["reason"] == "idle"
+
+        # continuous: the same wait is no reason to stop (a continuous crawl always waits for its next revisit)
+        out = tmp_path / "out"
+        flags = ("--revisit", "fixed", "--revisit-interval", "1h", "--duration", "6s")
+        crawl = run_cli(_crawl(web, out, *flags), out, tmp_path, 60)
+        assert crawl.proc is not None and crawl.proc.returncode == 0, crawl.output()
+        assert crawl.duration >= 6.0
+        report = load_report(out)
+        assert report["finish"]["reason"] == "duration" and report["finish"]["exit_code"] == 0
+        assert report["revisits"]["policy"] == "fixed" and report["revisits"]["pending"] == 1
+        assert "finished: duration reached" in crawl.stdout()
+        stored = tomllib.loads((out / "crawl.toml").read_text(encoding="utf-8"))
+        assert (stored["revisit"], stored["revisit-interval"], stored["duration"]) == ("fixed", 3600.0, 6.0)
+
+        # --resume runs the node with the stored policy; a flag given now overrides the stored one and is recorded
+        resumed = run_cli(
+            [sys.executable, "-m", "hostring_cli", "crawl", "--resume", "--out", str(out), "--duration", "3s"],
+            out, tmp_path, 60, name="resumed",
+        )  # fmt: skip
+        assert resumed.proc is not None and resumed.proc.returncode == 0, resumed.output()
+        assert "duration 3.0 (was 6.0, from --duration)" in resumed.stderr(), resumed.output()
+        report = load_report(out)
+        assert report["finish"]["reason"] == "duration" and report["revisits"]["policy"] == "fixed"
+        stored = tomllib.loads((out / "crawl.toml").read_text(encoding="utf-8"))
+        assert (stored["revisit"], stored["duration"], len(stored["runs"])) == ("fixed", 3.0, 2)
+    assert Counter(h.resource for h in web.hits)["/"] == 2  # the one-shot crawl's and the continuous one's
