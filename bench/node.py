@@ -48,7 +48,7 @@ from typing import IO, Any
 
 import grpc
 
-from frontier_node.core.config import FrontierConfig, PolitenessConfig
+from frontier_node.core.config import FrontierConfig, PolitenessConfig, RevisitConfig
 from frontier_node.core.frontier import Frontier
 from frontier_node.core.ports import Store
 from frontier_node.core.records import Kind, Link, Outcome, Verdict
@@ -89,6 +89,7 @@ class Workload:
     ram_hosts: int = 10_000
     ram_batch: int = 1_000
     seed: int = 1
+    revisit: str = "off"  # the node's --revisit policy (default interval): revisits scheduled, none due in the run
 
     @property
     def unique(self) -> int:
@@ -112,6 +113,13 @@ class Workload:
             "unique body digest and simhash, no links; robots items completed 404 before the clock starts",
             core="Frontier in this process, WallClock; SqliteStore flushed after every discover/lease/complete "
             "call (as the gRPC shell does); MemoryStore is the reference backend (copies each row)",
+            revisit=f"--revisit {self.revisit}: "
+            + (
+                "one-shot"
+                if self.revisit == "off"
+                else "every completed page "
+                "gets a due time a day away (scheduled and journaled, none due during the run)"
+            ),
             ram="fresh subprocess, Frontier on SqliteStore, discover() in batches of ram_batch unique URLs over "
             "ram_hosts hosts, flush per batch; VmRSS after minus before, gc.collect() before both reads",
         )
@@ -233,9 +241,10 @@ def batches(items: Sequence[str], size: int) -> list[Sequence[str]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
-def node_config() -> FrontierConfig:
-    """The core's configuration matching `hostring node --delay 0` (CLI defaults otherwise)."""
-    return FrontierConfig(politeness=PolitenessConfig(min_delay_s=0.0))
+def node_config(revisit: str = "off") -> FrontierConfig:
+    """The core's configuration matching `hostring node --delay 0 --revisit POLICY` (CLI defaults otherwise)."""
+    return FrontierConfig(politeness=PolitenessConfig(min_delay_s=0.0), revisit=RevisitConfig(revisit, 86_400.0,
+                          8_640.0, 864_000.0))  # fmt: skip
 
 
 def page_outcome(n: int, status: int = 200) -> Outcome:
@@ -259,12 +268,12 @@ ROBOTS_404 = Outcome(status=404)
 class NodeProcess:
     """A `hostring node` subprocess on a SQLite store; stderr goes to a file quoted when something fails."""
 
-    def __init__(self, store: Path, log: Path) -> None:
+    def __init__(self, store: Path, log: Path, revisit: str = "off") -> None:
         self._log: IO[bytes] = open(log, "wb")  # noqa: SIM115 - closed in stop()
         self.log_path = log
         cmd = [
             sys.executable, "-m", "hostring_cli", "--log-level", "WARNING", "node", "--store", f"sqlite:///{store}",
-            "--listen", "127.0.0.1:0", "--delay", "0",
+            "--listen", "127.0.0.1:0", "--delay", "0", "--revisit", revisit,
         ]  # fmt: skip
         self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=self._log)
         assert self.proc.stdout is not None
@@ -465,7 +474,7 @@ def grpc_lease_complete(node: NodeProcess, hosts: int, w: Workload) -> dict[str,
 
 def core_discover(store: Store, urls: list[str], w: Workload) -> tuple[Frontier, dict[str, Any]]:
     """The same stream through Frontier.discover in process, flushing after every batch as the shell does."""
-    frontier = Frontier(store, WallClock(), node_config())
+    frontier = Frontier(store, WallClock(), node_config(w.revisit))
     link_batches = [[Link(u) for u in b] for b in batches(urls, w.batch)]
     tally: Counter[Verdict] = Counter()
     with Stopwatch() as sw:
@@ -578,7 +587,7 @@ def run(w: Workload, profile_dir: Path | None = None) -> dict[str, Any]:
     figures: dict[str, Any] = {"machine": machine(), "workload": w.describe()}
 
     with tempfile.TemporaryDirectory(prefix="hostring-bench-") as tmp:
-        node = NodeProcess(Path(tmp) / "node.sqlite3", Path(tmp) / "node.log")
+        node = NodeProcess(Path(tmp) / "node.sqlite3", Path(tmp) / "node.log", w.revisit)
         try:
             with py_spy(node.proc.pid, profile_dir / "discover.txt" if profile_dir else None):
                 disc = grpc_discover(node, urls, w)
@@ -681,6 +690,7 @@ def table(f: dict[str, Any]) -> str:
         f"  Lease+Complete client: {w['lease_client']}; {f['lease_complete_urls_grpc']:,} pages timed, "
         f"{f['lease_complete_hosts_ready']:,} hosts ready at the start",
         f"  core: {w['core']}; '1 flush/batch' commits once per Lease batch of completions",
+        f"  revisits: {w['revisit']}",
         f"  RAM: {f['ram_urls']:,} URLs over {w['ram_hosts']:,} hosts; {w['ram']}",
         "  per CPU-s: the count over the CPU seconds of the process doing the work (the node process for gRPC "
         "figures), i.e. the rate with a core of its own",
@@ -707,6 +717,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a short run (smoke test): small stream, 100k URLs")
     parser.add_argument("--streams", type=int, default=None, help="client threads for the gRPC figures")
     parser.add_argument(
+        "--revisit",
+        default="off",
+        choices=["off", "fixed", "adaptive"],
+        help="the node's revisit policy: every completed page gets a due time (a day away: none comes due)",
+    )
+    parser.add_argument(
         "--py-spy",
         type=Path,
         default=None,
@@ -723,6 +739,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     w = QUICK if args.quick else Workload()
     if args.streams:
         w = Workload(**{**asdict(w), "grpc_streams": args.streams})
+    if args.revisit != "off":
+        w = Workload(**{**asdict(w), "revisit": args.revisit})
     if args.py_spy:
         if shutil.which("py-spy") is None:
             parser.error("--py-spy needs the py-spy command (pip install py-spy)")

@@ -2,7 +2,9 @@
 
 Every fetch becomes a `response` record (status line, headers, body) and a
 `request` record pointing at it with WARC-Concurrent-To; a duplicate body
-becomes an identical-payload-digest `revisit` record instead. Each file begins
+becomes an identical-payload-digest `revisit` record instead, and a 304 to a
+conditional revisit a server-not-modified `revisit` record, each referring
+(WARC-Refers-To) to the record that holds the stored body. Each file begins
 with a `warcinfo` record and is rotated once it reaches `max_file_bytes`
 (a request/response pair is never split across files).
 
@@ -49,6 +51,7 @@ from warcio.warcwriter import WARCWriter
 from fetch_worker.fetch import TRUNCATED_UNSPECIFIED, FetchResult
 
 _ORIG = "X-Archive-Orig-"
+SERVER_NOT_MODIFIED = "http://netpreserve.org/warc/1.0/revisit/server-not-modified"
 _NOT_STORED_AS_IS = frozenset({"content-encoding", "transfer-encoding"})
 
 
@@ -90,6 +93,11 @@ def _whole_members(data: bytes) -> int:
             break
         end = len(data) - len(unpacker.unused_data)
     return end
+
+
+def warc_date(unix_time: float) -> str:
+    """A WARC-Date value (UTC, ISO 8601) for a Unix time; now when it is not positive."""
+    return _warc_date(unix_time)
 
 
 def _warc_date(unix_time: float) -> str:
@@ -218,6 +226,26 @@ class WarcWriter:
         )
         if not refers_to_date:
             revisit.rec_headers.remove_header("WARC-Refers-To-Date")
+        return self._write_with_request(result, revisit)
+
+    def write_not_modified(self, result: FetchResult, refers_to: str, refers_to_uri: str, refers_to_date: str) -> str:
+        """Write request + server-not-modified revisit records for a 304 answer; return the revisit id.
+
+        `refers_to` is the WARC-Record-ID of the record holding the stored body (empty when unknown: the
+        record then names the target URI and date only); only the 304's HTTP headers are stored.
+        """
+        if not result.status:
+            raise ValueError(f"no response to archive for {result.url} ({result.error_class})")
+        warc_headers = self._common_warc_headers(result)
+        warc_headers["WARC-Profile"] = SERVER_NOT_MODIFIED
+        if refers_to:
+            warc_headers["WARC-Refers-To"] = refers_to
+        warc_headers["WARC-Refers-To-Target-URI"] = refers_to_uri
+        if refers_to_date:
+            warc_headers["WARC-Refers-To-Date"] = refers_to_date
+        revisit = self._builder.create_warc_record(
+            result.url, "revisit", http_headers=_stored_response_headers(result), warc_headers_dict=warc_headers
+        )
         return self._write_with_request(result, revisit)
 
     def close(self) -> None:

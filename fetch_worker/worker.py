@@ -27,7 +27,7 @@ import grpc
 from fetch_worker.fetch import Fetcher, FetchResult, media_type
 from fetch_worker.links import extract_links
 from fetch_worker.metrics import WorkerMetrics
-from fetch_worker.warc import WarcWriter, payload_digest
+from fetch_worker.warc import WarcWriter, payload_digest, warc_date
 from hostring.client import CompletionBatcher, NodeClients, NodeStoreLost, Router, store_lost_reason
 from hostring.fingerprint import body_digest, simhash64
 from hostring.urls import reference_key
@@ -226,7 +226,7 @@ class Worker:
                 outcome = self._outcome(result)
                 links = self._links(item, result, outcome)
             if self.warc is not None and result.status:
-                outcome.evidence = await asyncio.to_thread(self._archive, result)
+                outcome.evidence = await asyncio.to_thread(self._archive, result, item)
             self.stats.bytes += result.decoded_bytes
             if self.metrics is not None:
                 self.metrics.observe(result)
@@ -305,9 +305,19 @@ class Worker:
             if not link.redirect_hops:
                 sent.add(reference_key(link.observed, link.base_url))
 
-    def _archive(self, r: FetchResult) -> str:
-        """Write the fetch to WARC (a revisit record when this worker already stored the same payload)."""
+    def _archive(self, r: FetchResult, item: pb.LeaseItem | None = None) -> str:
+        """Write the fetch to WARC: a revisit record for a 304 to a revisit, for a revisit whose body is the one
+        stored, and when this worker already stored the same payload; a response record otherwise."""
         assert self.warc is not None
+        if item is not None and item.revisit:
+            stored = warc_date(item.stored_at_ms / 1000.0) if item.stored_at_ms > 0 else ""
+            if r.status == 304:
+                return self.warc.write_not_modified(r, item.refers_to, item.url, stored)
+            if item.refers_to and item.stored_digest and r.body and body_digest(r.body) == item.stored_digest:
+                return self.warc.write_revisit(
+                    r, refers_to=item.refers_to, refers_to_uri=item.url, digest=payload_digest(r.body),
+                    refers_to_date=stored,
+                )  # fmt: skip
         digest = payload_digest(r.body) if r.body else ""
         earlier = self._written.get(digest) if digest else None
         if earlier is not None:

@@ -7,14 +7,16 @@ event happens: in the core (verdicts, leases, robots fetches) and in the node's 
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from frontier_node.core.revisit import Change, RevisitView
 from hostring.metrics import register_build_info
 
 if TYPE_CHECKING:
@@ -40,6 +42,8 @@ class NodeCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         s = self.stats()
+        if s.revisits is not None:
+            yield from revisit_families(s.revisits)
         verdicts, events, states, breaches = s.verdicts, s.events, s.urls_by_state, s.breaches
         links = CounterMetricFamily(
             "hostring_node_links_discovered",
@@ -101,6 +105,32 @@ class NodeCollector(Collector):
             yield moved
         else:
             yield GaugeMetricFamily("hostring_node_ring_epoch", "Ring epoch this node applies", value=0)
+
+
+def revisit_families(view: RevisitView) -> Iterator[Metric]:
+    """Revisits by outcome, revisit lag, pages due now and pending, and the estimated staleness."""
+    outcomes = CounterMetricFamily(
+        "hostring_node_revisits", "Revisits by what they found", labels=["outcome"]
+    )  # exposed as hostring_node_revisits_total
+    for change in Change:
+        outcomes.add_metric([change.value], view.outcomes.get(change.value, 0))
+    yield outcomes
+    cumulative, buckets = 0, []
+    for bound, count in view.lag_buckets:
+        cumulative += count
+        buckets.append(("+Inf" if math.isinf(bound) else f"{bound:g}", cumulative))
+    lag = HistogramMetricFamily("hostring_node_revisit_lag_seconds", "Seconds from a revisit's due time to its lease")
+    lag.add_metric([], buckets, view.lag_sum_s)
+    yield lag
+    yield GaugeMetricFamily("hostring_node_revisits_due", "Pages due for a revisit now", value=view.due_now)
+    yield GaugeMetricFamily(
+        "hostring_node_revisits_pending", "Fetched pages waiting for a revisit time", value=view.pending
+    )
+    yield GaugeMetricFamily(
+        "hostring_node_estimated_staleness",
+        "Estimated fraction of revisited pages whose stored copy is out of date (from their change rates)",
+        value=view.staleness,
+    )
 
 
 class StoreTimer:

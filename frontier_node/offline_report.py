@@ -25,7 +25,7 @@ from frontier_node.core.records import Item, Kind
 from frontier_node.core.states import State
 from frontier_node.core.views import CoverageInput
 from frontier_node.report import coverage_report
-from frontier_node.store.sqlite import BREACHES_META, ITEM_COLUMNS
+from frontier_node.store.sqlite import BREACHES_META, ITEM_COLUMNS, from_signed64
 
 NOT_IN_STORE = ("suppressed_by_rule", "discovered_by_verdict")
 _VERDICTS = "counters.verdicts"  # the meta name the core writes (core/frontier.py)
@@ -45,14 +45,18 @@ def store_path(url: str) -> Path:
     return Path(url)
 
 
-# The report needs no client payloads, and a schema-1 file (read-only here, so never upgraded) has none.
+# The report needs no client payloads. A file of an older schema (read-only here, so never upgraded) lacks the
+# columns added since (payload, the revisit numbers): the rows read keep their defaults.
 _REPORT_COLUMNS = tuple(c for c in ITEM_COLUMNS if c != "payload")
 
 
-def _item(row: tuple[Any, ...]) -> Item:
-    values = dict(zip(_REPORT_COLUMNS, row, strict=True))
+def _item(columns: list[str], row: tuple[Any, ...]) -> Item:
+    """An Item from a row of `columns`."""
+    values = dict(zip(columns, row, strict=True))
     values["kind"] = Kind(values["kind"])
     values["state"] = State(values["state"])
+    if "simhash" in values:
+        values["simhash"] = from_signed64(values["simhash"])
     return Item(**values)
 
 
@@ -77,7 +81,18 @@ def store_report(path: Path, *, dispositions: bool = False) -> dict[str, Any]:
         con.execute("BEGIN")  # one read snapshot for items, journal and meta
         run_row = con.execute("SELECT value FROM meta WHERE name = 'run_id'").fetchone()
         counters = dict(con.execute("SELECT name, value FROM meta WHERE name = ?", (_VERDICTS,)))
-        items = [_item(r) for r in con.execute(f"SELECT {', '.join(_REPORT_COLUMNS)} FROM items ORDER BY rowid")]
+        present = {r[1] for r in con.execute("PRAGMA table_info(items)")}
+        columns = [c for c in _REPORT_COLUMNS if c in present]
+        items = [_item(columns, r) for r in con.execute(f"SELECT {', '.join(columns)} FROM items ORDER BY rowid")]
+        revisits = Counter(
+            {
+                str(reason).removeprefix("revisit:"): n
+                for reason, n in con.execute(
+                    "SELECT reason, COUNT(*) FROM journal WHERE (event = 'complete' AND reason LIKE 'revisit:%') "
+                    "OR (event = 'fail' AND reason = 'gone') GROUP BY reason"
+                )
+            }
+        )
         leases = Counter(dict(con.execute("SELECT key, COUNT(*) FROM journal WHERE event = 'lease' GROUP BY key")))
         last = dict(
             con.execute(
@@ -102,7 +117,9 @@ def store_report(path: Path, *, dispositions: bool = False) -> dict[str, Any]:
     except (ValueError, TypeError) as e:
         raise StoreReadError(f"{path}: unreadable counters in the store's meta table: {e}") from e
     breaches.sort(key=lambda b: (-int(b.get("count", 0)), str(b.get("rule")), str(b.get("pattern"))))
-    source = CoverageInput(str(run_row[0]) if run_row else "", items, breaches, verdicts)
+    source = CoverageInput(
+        str(run_row[0]) if run_row else "", items, breaches, verdicts, revisit_outcomes=dict(revisits)
+    )
     report = coverage_report(source, dispositions=dispositions)
     pages = [it for it in items if it.kind is Kind.PAGE and it.state is not State.REJECTED]
     per_page = {it.key: leases.get(it.key, 0) for it in pages}

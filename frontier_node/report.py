@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from typing import Any
 
 from frontier_node.core.records import Item, Kind
+from frontier_node.core.revisit import INTERVAL_BUCKETS, Change, RevisitView, interval_bucket, item_rate
 from frontier_node.core.states import TERMINAL, State
 from frontier_node.core.views import CoverageInput
 
@@ -36,6 +38,7 @@ def coverage_report(source: CoverageInput, *, dispositions: bool = False) -> dic
     unresolved: list[dict[str, Any]] = []
     rows: list[dict[str, Any]] = []
     fetched_statuses: Counter[str] = Counter()
+    intervals: Counter[str] = Counter()
     for item in source.items:
         if item.kind is Kind.ROBOTS:
             robots_files[f"{item.state.value}:{item.reason}"] += 1
@@ -50,11 +53,15 @@ def coverage_report(source: CoverageInput, *, dispositions: bool = False) -> dic
         first.setdefault(key, item.url)
         if item.state is State.FETCHED:
             fetched_statuses[str(item.status)] += 1
+            if item.visits > 0:
+                lam = item_rate(item)
+                intervals[interval_bucket(1.0 / lam if lam > 0 else math.inf)] += 1
         if item.state is State.FAILED:
             failures[reason_class] += 1
         if item.state is State.SUPPRESSED and item.reason == "robots":
             robots_denied.append(item.url)
-        if item.state not in TERMINAL or item.reason.startswith(UNRESOLVED_PREFIXES):
+        # A page waiting for its revisit (queued or in flight again) has a stored copy: not unresolved.
+        if (item.state not in TERMINAL and not item.checked_at) or item.reason.startswith(UNRESOLVED_PREFIXES):
             unresolved.append(
                 {
                     "url": item.url,
@@ -102,6 +109,9 @@ def coverage_report(source: CoverageInput, *, dispositions: bool = False) -> dic
         del report["suppressed_by_rule"]
     if source.verdicts is None:
         del report["discovered_by_verdict"]
+    revisits = revisit_section(source, intervals)
+    if revisits is not None:
+        report["revisits"] = revisits
     if dispositions:
         report["dispositions"] = rows
     return report
@@ -114,3 +124,42 @@ def _not_before(item: Item) -> float:
     if item.state is State.LEASED:
         return item.deadline
     return 0.0
+
+
+def revisit_section(source: CoverageInput, intervals: Counter[str]) -> dict[str, Any] | None:
+    """Revisits by outcome, the distribution of estimated change intervals and (live) the revisit lag; None
+    when the crawl never revisited anything and has no revisit policy."""
+    view = source.revisits
+    outcomes = dict(view.outcomes) if view is not None else dict(source.revisit_outcomes or {})
+    if not outcomes and not intervals and (view is None or view.policy == "off"):
+        return None
+    out: dict[str, Any] = {
+        "by_outcome": {c.value: outcomes.get(c.value, 0) for c in Change},
+        "estimated_change_intervals": {b: intervals.get(b, 0) for b in INTERVAL_BUCKETS if intervals.get(b, 0)},
+    }
+    if view is not None:
+        out["policy"] = view.policy
+        out["pending"] = view.pending
+        out["due_now"] = view.due_now
+        out["estimated_staleness"] = round(view.staleness, 4)
+        out["lag_s"] = lag_summary(view)
+    return out
+
+
+def lag_summary(view: RevisitView) -> dict[str, Any]:
+    """Revisit lag (lease time minus due time): count, mean, max, and p50/p90 as bucket upper bounds."""
+    n = view.revisits
+    summary: dict[str, Any] = {
+        "count": n,
+        "mean": round(view.lag_sum_s / n, 3) if n else 0.0,
+        "max": round(view.lag_max_s, 3),
+        "buckets": {("inf" if math.isinf(b) else f"{b:g}"): c for b, c in view.lag_buckets},
+    }
+    for name, q in (("p50", 0.5), ("p90", 0.9)):
+        seen = 0
+        for bound, count in view.lag_buckets:
+            seen += count
+            if n and seen >= q * n:
+                summary[name] = "inf" if math.isinf(bound) else bound
+                break
+    return summary

@@ -25,6 +25,7 @@ from frontier_node import validate
 from frontier_node.core.frontier import Frontier, LeaseError
 from frontier_node.core.ports import Outbox
 from frontier_node.core.records import Item, Kind, LinkVerdict
+from frontier_node.core.revisit import describe
 from frontier_node.core.views import CoverageInput, HostView
 from frontier_node.core_thread import CoreThread, NodeUnavailable
 from frontier_node.ops import Call, Complete, Discover, Lease, Op, Settled
@@ -299,20 +300,51 @@ class FrontierService:
         return _host_info(host)
 
     async def SetHostPolicy(self, request: pb.SetHostPolicyRequest, context: Context) -> pb.HostInfo:
+        """A host's politeness overrides; with revisit fields (or whole_domain) the revisit policy of the host or of
+        the registrable domain named in `host` as well (kept in the store's meta values)."""
         await self._check(request, context)
         min_delay = request.min_delay_s if request.min_delay_s >= 0 else None
         concurrency = request.concurrency if request.concurrency > 0 else None
+        revisit = _revisit_fields(request)
+        whole_domain = request.whole_domain
 
-        def apply(core: Frontier) -> HostView:
-            return core.set_policy(request.host, min_delay_s=min_delay, concurrency=concurrency)
+        def apply(core: Frontier) -> pb.HostInfo:
+            if not (whole_domain or revisit):
+                return _host_info(core.set_policy(request.host, min_delay_s=min_delay, concurrency=concurrency))
+            config = core.set_revisit_policy(request.host, domain=whole_domain, **revisit)
+            host: HostView | None = None
+            if not whole_domain:
+                polite = min_delay is not None or concurrency is not None
+                host = core.set_policy(request.host, min_delay_s=min_delay, concurrency=concurrency) if polite else None
+                host = host or core.host(request.host)
+            if host is None:  # a domain, or a host with no URL yet: its policy is all there is to show
+                return pb.HostInfo(host=request.host, domain=request.host, revisit=describe(config))
+            return _host_info(host)
 
         try:
-            host = await self._run(Call(apply, changes=True), context)
+            return await self._run(Call(apply, changes=True), context)
         except KeyError as e:
             await _abort(context, grpc.StatusCode.NOT_FOUND, str(e.args[0]))
         except ValueError as e:
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(e))
-        return _host_info(host)
+
+    async def Refetch(self, request: pb.RefetchRequest, context: Context) -> pb.RefetchResponse:
+        """Fetch one fetched page again at `at_ms` (0 or past: as soon as its host's politeness allows)."""
+        await self._check(request, context)
+        if not request.url:
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "RefetchRequest.url: required, and empty")
+        url, at_ms = request.url, request.at_ms
+
+        def apply(core: Frontier) -> tuple[str, str, float]:
+            return core.refetch(url, at_ms / 1000.0 if at_ms > 0 else core.clock.now())
+
+        try:
+            key, state, due = await self._run(Call(apply, changes=True), context)
+        except KeyError as e:
+            await _abort(context, grpc.StatusCode.NOT_FOUND, str(e.args[0]))
+        except ValueError as e:
+            await _abort(context, grpc.StatusCode.FAILED_PRECONDITION, str(e))
+        return pb.RefetchResponse(fetch_key=key, state=state, due_ms=int(due * 1000))
 
     async def Report(self, request: pb.ReportRequest, context: Context) -> pb.ReportResponse:
         text = await self._report_json(request.dispositions, context)
@@ -442,7 +474,21 @@ def _host_info(host: HostView) -> pb.HostInfo:
         robots="; ".join(f"{origin}: {text}" for origin, text in host.robots),
         fetched=host.fetched,
         errors=host.errors,
+        revisit=host.revisit,
+        revisits_due=host.revisits_due,
     )
+
+
+def _revisit_fields(request: pb.SetHostPolicyRequest) -> dict[str, Any]:
+    """The revisit overrides a SetHostPolicy request sets (unset and non-positive fields leave values as is)."""
+    given: dict[str, Any] = {
+        "policy": request.revisit or None,
+        "interval_s": request.revisit_interval_s if request.revisit_interval_s > 0 else None,
+        "min_s": request.revisit_min_s if request.revisit_min_s > 0 else None,
+        "max_s": request.revisit_max_s if request.revisit_max_s > 0 else None,
+        "share": request.revisit_share if request.HasField("revisit_share") else None,
+    }
+    return {k: v for k, v in given.items() if v is not None}
 
 
 def _lease_item(item: Item) -> pb.LeaseItem:
@@ -461,4 +507,8 @@ def _lease_item(item: Item) -> pb.LeaseItem:
         redirect_hops=item.redirect_hops,
         domain=item.domain,
         payload=item.payload,
+        revisit=item.checked_at > 0,
+        refers_to=item.evidence if item.checked_at > 0 else "",
+        stored_digest=item.digest if item.checked_at > 0 else "",
+        stored_at_ms=int(item.stored_at * 1000),
     )

@@ -40,6 +40,8 @@ from hostring.v1 import frontier_pb2 as pb
 MAX_LIST_HOSTS: Final = 1_000
 MAX_HOST_CHARS: Final = 1_024
 MAX_REFERENCE_CHARS: Final = 65_536
+MAX_REVISIT_S: Final = 3_650 * 86_400  # ten years: longer than any revisit interval, retention or policy bound
+MAX_UNIX_MS: Final = 253_402_300_799_999  # the last millisecond of the year 9999
 _TOKEN: Final = re.compile(r"[A-Za-z0-9_.:%-]*")
 
 
@@ -139,6 +141,15 @@ RULES: Final[Mapping[str, Mapping[str, Rule]]] = {
         "host": Rule(cap=MAX_HOST_CHARS),
         "min_delay_s": Rule(hi=86_400),
         "concurrency": Rule(hi=1_000),
+        "revisit": Rule(cap=16, token=True),
+        "revisit_interval_s": Rule(hi=MAX_REVISIT_S),
+        "revisit_min_s": Rule(hi=MAX_REVISIT_S),
+        "revisit_max_s": Rule(hi=MAX_REVISIT_S),
+        "revisit_share": Rule(lo=0, hi=1),
+    },
+    "RefetchRequest": {
+        "url": Rule(cap=MAX_REFERENCE_CHARS),
+        "at_ms": Rule(lo=0, hi=MAX_UNIX_MS),
     },
     "ReleaseLeasesRequest": {
         "worker_id": Rule(cap=MAX_ID_CHARS, printable=True),

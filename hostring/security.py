@@ -44,6 +44,7 @@ FRONTIER_ADMIN_METHODS = frozenset(
         "/hostring.v1.Frontier/SetHostPolicy",
         "/hostring.v1.Frontier/ReleaseLeases",
         "/hostring.v1.Frontier/Reconsider",
+        "/hostring.v1.Frontier/Refetch",
     }
 )
 COORDINATOR_ADMIN_METHODS = frozenset(

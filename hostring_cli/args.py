@@ -119,8 +119,9 @@ class Parser(argparse.ArgumentParser):
     # ------------------------------------------------------------------ errors
 
     def error(self, message: str) -> NoReturn:
-        """One line, naming the command and where to look, and exit 2 (argparse prints the whole usage)."""
-        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
+        """One line, naming the command and where to look, and exit 2 (argparse prints the whole usage). It starts
+        "hostring: " like every other error line of the command."""
+        self.exit(EXIT_USAGE, f"hostring: {message} (see {self.prog} --help)\n")
 
 
 def _shows_default(default: object) -> bool:
@@ -171,16 +172,32 @@ non_negative_int = int_at_least(0)
 non_negative_float = float_at_least(0.0)
 positive_float = float_at_least(0.0, strict=True)
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h|d)?\s*$", re.I)
+_DURATION = re.compile(r"^\s*((?:\d+(?:\.\d*)?|\.\d+)(?:e[-+]?\d+)?)\s*(ms|s|m|h|d)?\s*$", re.I)
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+DURATION_HINT = "give seconds or a number with ms, s, m, h or d, e.g. 90, 90s, 1.5m, 6h or 7d"
 
 
 def duration(text: str) -> float:
-    """Seconds from '90', '90s', '1.5m', '2h', '1d' or '500ms'."""
+    """Seconds from '90', '90s', '1.5m', '2h', '1d', '500ms' or '1e3' (0 allowed: some options read it as never)."""
     m = _DURATION.match(str(text))
-    if m is None:
-        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 90, 90s, 1.5m, 2h)")
-    return float(m.group(1)) * _UNIT_S[(m.group(2) or "s").lower()]
+    seconds = float(m.group(1)) * _UNIT_S[(m.group(2) or "s").lower()] if m is not None else math.nan
+    if not math.isfinite(seconds):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration; {DURATION_HINT}")
+    return seconds
+
+
+def positive_duration(text: str) -> float:
+    """A duration above zero (revisit intervals, retention, a crawl's --duration)."""
+    stripped = str(text).strip()
+    if stripped.startswith("-") and _DURATION.match(stripped[1:]):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive duration; {DURATION_HINT}")
+    seconds = duration(text)
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive duration; {DURATION_HINT}")
+    return seconds
+
+
+positive_duration.__name__ = "positive duration"
 
 
 def cidr(text: str) -> str:

@@ -34,6 +34,7 @@ from hostring_cli.args import (
     positive_int,
 )
 from hostring_cli.cluster import add_cluster_commands, add_tls_flags, add_token_flag, tls_from, token_from
+from hostring_cli.revisit import add_revisit_commands, revisit_config, revisit_flags
 from hostring_cli.settings import SETTINGS_HELP, Settings, key_of, read_stored, resolve, run_record
 
 if TYPE_CHECKING:
@@ -134,6 +135,7 @@ def frontier_config(args: argparse.Namespace, scope: str = "all") -> FrontierCon
         user_agent=args.user_agent,
         lease_s=args.lease_s,
         scope=scope,
+        revisit=revisit_config(args),
     )
 
 
@@ -294,7 +296,7 @@ def _crawl_options(
     from hostring_cli.crawl import CrawlOptions
 
     mode, scope_file = scope_setting(args.scope, args.scope_file)
-    frontier_config(args)  # the user agent
+    config = frontier_config(args)  # the user agent and the revisit policy
     try:
         NetworkPolicy(args.allow_network)
     except ValueError as e:
@@ -346,6 +348,8 @@ def _crawl_options(
             "--max-retry-after",
             str(args.max_retry_after),
         ],
+        revisit=config.revisit,
+        duration_s=args.duration,
     )
 
 
@@ -453,6 +457,7 @@ def build_parser() -> Parser:
     add_token_flag(node, server=True)
     add_tls_flags(node, server=True)
     _politeness_flags(node)
+    revisit_flags(node)
     node.set_defaults(func=cmd_node)
 
     crawl = sub.add_parser(
@@ -508,7 +513,9 @@ def build_parser() -> Parser:
         default="60s",
         metavar="DUR",
         help="end when the only work left cannot start for longer than DUR (a retry after an error, a backed-off "
-        "host; at least twice --delay), reporting it as deferred; --resume picks it up; 0 never",
+        "host; at least twice --delay), reporting it as deferred; --resume picks it up; 0 never. Not under "
+        "--revisit fixed or adaptive: a continuous crawl always waits for its next revisit, and ends at --duration "
+        "or Ctrl-C",
     )
     crawl.add_argument(
         "--grace",
@@ -518,6 +525,7 @@ def build_parser() -> Parser:
         help="on Ctrl-C or SIGTERM, how long fetches in flight may take to finish before they are handed back",
     )
     _politeness_flags(crawl)
+    revisit_flags(crawl, duration=True)
     crawl.set_defaults(func=cmd_crawl)
 
     demo = sub.add_parser(
@@ -533,6 +541,7 @@ def build_parser() -> Parser:
     demo.set_defaults(func=cmd_demo)
 
     add_cluster_commands(sub, DEFAULT_USER_AGENT)
+    add_revisit_commands(sub)
 
     report = sub.add_parser(
         "report",

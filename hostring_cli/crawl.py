@@ -30,6 +30,7 @@ from fetch_worker.metrics import WorkerMetrics
 from fetch_worker.netpolicy import NetworkPolicy
 from fetch_worker.warc import WarcWriter, finalize_open_files
 from fetch_worker.worker import Worker
+from frontier_node.core.config import RevisitConfig
 from hostring.client import StaticRouter
 from hostring.limits import grpc_options
 from hostring.metrics import serve_metrics
@@ -41,6 +42,7 @@ from hostring_cli.args import EXIT_NOTHING_FETCHED, EXIT_OK, EXIT_STOPPED, Usage
 from hostring_cli.crawldir import STORE_NAME, CrawlDir, Made
 from hostring_cli.errors import DependencyError
 from hostring_cli.progress import Progress
+from hostring_cli.revisit import revisit_node_args, revisit_settings
 from hostring_cli.settings import run_record, toml_value
 from hostring_cli.summary import Finish, summarize
 
@@ -84,6 +86,8 @@ class CrawlOptions:
     settings: dict[str, Any] = field(default_factory=dict)  # what OUT/crawl.toml records (key -> value)
     runs: list[dict[str, Any]] = field(default_factory=list)  # the history kept in OUT/crawl.toml
     notice: str = ""  # one line for the operator once the crawl starts (what a resume runs with)
+    revisit: RevisitConfig = field(default_factory=RevisitConfig)  # the node's policy (revisit_node_args)
+    duration_s: float | None = None  # --duration: stop cleanly after this long and report (exit 0)
 
 
 def read_seeds(urls: list[str], seeds_file: Path | None) -> list[str]:
@@ -145,6 +149,7 @@ def node_command(opts: CrawlOptions) -> list[str]:
         *(["--max-pages", str(opts.max_pages)] if opts.max_pages is not None else []),
         *(["--user-agent", opts.user_agent] if opts.user_agent else []),
         *(["--metrics-port", str(opts.metrics_port + 1)] if opts.metrics_port is not None else []),
+        *revisit_node_args(opts.revisit),
         *opts.node_args,
     ]
 
@@ -245,6 +250,8 @@ async def _crawl(opts: CrawlOptions, address: str, run: Run) -> tuple[dict[str, 
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, run.on_signal)
+    if opts.duration_s is not None:  # a continuous crawl never drains: it ends cleanly after --duration
+        loop.call_later(max(0.0, opts.duration_s - (time.monotonic() - run.t0)), run.end, "duration")
     channel = grpc.aio.insecure_channel(address, options=grpc_options())
     stub = pb_grpc.FrontierStub(channel)  # type: ignore[no-untyped-call]
     try:
@@ -317,6 +324,8 @@ async def _watch(stub: pb_grpc.FrontierStub, worker: Worker, run: Run) -> None:
     """Draw the live line twice a second, and end the run when the only work left waits too long (idle)."""
     idle_polls = 0
     threshold = max(run.opts.idle_exit_s, 2 * run.opts.delay)
+    # A continuous crawl always waits for its next revisit: it ends at --duration or Ctrl-C, never as idle.
+    idle_exit = run.opts.idle_exit_s > 0 and not run.opts.revisit.enabled
     while not run.stop.is_set():
         if run.node is not None and run.node.poll() is not None:
             run.failed = f"the crawl's frontier node stopped unexpectedly (exit code {run.node.returncode})"
@@ -328,7 +337,7 @@ async def _watch(stub: pb_grpc.FrontierStub, worker: Worker, run: Run) -> None:
             run.progress.update(stats, worker.stats.fetched, sum(worker.stats.errors.values()))
             left = sum(stats.urls_by_state.get(s, 0) for s in _UNFINISHED)
             blocked = stats.in_flight == 0 and worker.stats.in_flight == 0 and left > 0
-            if run.opts.idle_exit_s > 0 and blocked and (stats.next_ready_s < 0 or stats.next_ready_s > threshold):
+            if idle_exit and blocked and (stats.next_ready_s < 0 or stats.next_ready_s > threshold):
                 idle_polls += 1
                 if idle_polls >= 3:
                     run.next_ready_s = stats.next_ready_s
@@ -482,4 +491,6 @@ def settings_of(opts: CrawlOptions) -> dict[str, Any]:
         "metrics-port": opts.metrics_port,
         "idle-exit": opts.idle_exit_s,
         "grace": opts.grace_s,
+        **revisit_settings(opts.revisit),
+        "duration": opts.duration_s,
     }

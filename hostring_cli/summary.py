@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hostring_cli.progress import clock, wall
+from hostring_cli.revisit import revisit_summary
 
 # What an operator can do about a refusal (reason class -> the fix).
 FIXES = {
@@ -29,7 +30,7 @@ FIXES = {
 FINISH_REASONS = {
     "drained": "drained: nothing left to fetch",
     "budget": "budget reached (--max-pages)",
-    "duration": "duration reached",
+    "duration": "duration reached (--duration)",
     "stopped": "stopped",
     "idle": "idle: the only work left waits longer than --idle-exit",
 }
@@ -115,6 +116,7 @@ def summarize(report: dict[str, Any], finish: Finish | None = None) -> str:
             f"  links suppressed by {b['rule']} ({b['pattern']}): {b['count']}, first {b['first_example']}"
             + fix_for(f"suppressed:{b['rule']}")
         )
+    lines += revisit_summary(report)
     unresolved = report["unresolved"]
     lines.append(f"  unresolved: {unresolved['count']}")
     if finish is None or finish.reason != "idle":

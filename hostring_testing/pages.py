@@ -11,6 +11,7 @@ import html
 import random
 import re
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,6 +55,11 @@ class Page:
     """If > 0 the body is sent one byte per trickle_s seconds: a slow-loris server."""
     encoding: str = ""
     """"gzip", "deflate" or "br": body is already compressed and sent with that Content-Encoding."""
+
+    def at(self, now: float, request_headers: Mapping[str, str]) -> Page:
+        """What is served for this page at `now` to a request with these (lower-cased) headers: a page that
+        changes over time (hostring_testing.changing) answers its current version or 304; this one is fixed."""
+        return self
 
 
 @dataclass

@@ -77,6 +77,8 @@ class Hit:
     bytes_sent: int = 0
     complete: bool = True
     """False when the client went away or the web shut down before the response was fully written."""
+    conditional: bool = False
+    """The request carried If-None-Match or If-Modified-Since."""
 
 
 def _addresses(first: ipaddress.IPv4Address, n: int) -> list[str]:
@@ -351,6 +353,7 @@ class LocalWeb:
                 resource = canonical_target(target)
             else:
                 page, resource = self._resolve(label, target)
+                page = page.at(start, headers)
             status = page.status
             if page.delay_s > 0:
                 await asyncio.sleep(page.delay_s)
@@ -393,6 +396,7 @@ class LocalWeb:
                     client=client,
                     bytes_sent=sent,
                     complete=complete,
+                    conditional="if-none-match" in headers or "if-modified-since" in headers,
                 )
             )
         return keep_alive

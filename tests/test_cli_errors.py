@@ -51,6 +51,8 @@ def cases(tmp: Path) -> dict[str, Case]:
     typo_toml.write_text("delya = 2\n")
     typed_toml = tmp / "typed.toml"
     typed_toml.write_text("[crawl]\nfetchers = 0\n")
+    share_toml = tmp / "share.toml"
+    share_toml.write_text("revisit-share = 2\n")
     empty = tmp / "empty-dir"
     empty.mkdir()
     held = tmp / "held"
@@ -88,6 +90,44 @@ def cases(tmp: Path) -> dict[str, Case]:
         "config bad value": Case(crawl("--config", str(typed_toml)), 2, ("fetchers", ">= 1")),
         "env bad value": Case(crawl(), 2, ("HOSTRING_FETCHERS", ">= 1"), env={"HOSTRING_FETCHERS": "0"}),
         "env not a number": Case(crawl(), 2, ("HOSTRING_DELAY", "not a number"), env={"HOSTRING_DELAY": "abc"}),
+        "revisit unknown policy": Case(crawl("--revisit", "often"), 2, ("--revisit", "off, fixed, adaptive")),
+        "revisit interval 0": Case(crawl("--revisit-interval", "0"), 2, ("--revisit-interval", "positive duration")),
+        "revisit max below the default min": Case(
+            crawl("--revisit-interval", "1d", "--revisit-max", "1h"), 2, ("--revisit-min", "interval / 10 by default")
+        ),
+        "revisit min above max": Case(
+            crawl("--revisit-min", "2h", "--revisit-max", "1h"), 2, ("--revisit-min", "--revisit-max")
+        ),
+        "revisit interval outside": Case(
+            crawl("--revisit-interval", "1d", "--revisit-min", "1m", "--revisit-max", "1h"),
+            2,
+            ("--revisit-interval", "must lie within"),
+        ),
+        "revisit share 2": Case(crawl("--revisit-share", "2"), 2, ("--revisit-share", "from 0 to 1")),
+        "retention negative": Case(crawl("--retention=-1d"), 2, ("--retention", "positive duration")),
+        "duration not a duration": Case(crawl("--duration", "forever"), 2, ("--duration", "not a duration")),
+        "env bad revisit interval": Case(
+            crawl(), 2, ("HOSTRING_REVISIT_INTERVAL", "positive duration"), env={"HOSTRING_REVISIT_INTERVAL": "0s"}
+        ),
+        "env unknown revisit policy": Case(
+            crawl(), 2, ("HOSTRING_REVISIT", "unknown policy"), env={"HOSTRING_REVISIT": "sometimes"}
+        ),
+        "config bad revisit share": Case(crawl("--config", str(share_toml)), 2, ("revisit-share", "from 0 to 1")),
+        "node revisit min above max": Case(
+            ["node", "--revisit-min", "1d", "--revisit-max", "1h"], 2, ("--revisit-min", "--revisit-max"), out=False
+        ),
+        "refetch bad time": Case(
+            ["revisit", "refetch", SEED, "--node", DOWN, "--at", "tomorrow"], 2, ("--at", "ISO 8601"), out=False
+        ),
+        "refetch node down": Case(
+            ["revisit", "refetch", SEED, "--node", DOWN, "--timeout", "1"],
+            1,
+            ("frontier node at 127.0.0.1:1",),
+            out=False,
+        ),
+        "revisit policy without a change": Case(
+            ["revisit", "policy", "a.example", "--node", DOWN], 2, ("--revisit", "--revisit-interval"), out=False
+        ),
         "node redis without coordinator": Case(
             ["node", "--store", "redis://127.0.0.1:1/0"], 2, ("redis://", "--coordinator"), out=False
         ),

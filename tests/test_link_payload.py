@@ -134,12 +134,16 @@ def test_redis_rows_and_handoff_exports_carry_the_payload() -> None:
     assert import_item(exported)[0].payload == b""
 
 
+REVISIT_COLUMNS = ("checked_at", "stored_at", "interval_s", "visits", "changes", "watched_s", "changed_s", "simhash")
+
+
 def test_a_schema_1_sqlite_file_is_upgraded_in_place(tmp_path: Path) -> None:
     path = tmp_path / "old.sqlite3"
     SqliteStore(path).close()
     it = page("/p", "www.a.example", 1)
     with sqlite3.connect(path) as con:  # make it a version-1 file with one row, as the previous release wrote
-        con.execute("ALTER TABLE items DROP COLUMN payload")
+        for column in ("payload", *REVISIT_COLUMNS):  # the columns schema versions 2 and 3 added
+            con.execute(f"ALTER TABLE items DROP COLUMN {column}")
         con.execute("UPDATE meta SET value = '1' WHERE name = ?", (SCHEMA_KEY,))
         con.execute(
             "INSERT INTO items VALUES (?,?,?,?,?,1,0,0,1,0,'scheduled',0,0,'',0,0,0,'','','','','')",

@@ -357,7 +357,24 @@ HELP = {
     "hosts pause": ["HOST", "--node", "--admin-token-file"],
     "hosts resume": ["HOST", "--node", "--admin-token-file"],
     "hosts policy": ["HOST", "--delay", "--concurrency", "--admin-token-file"],
+    "revisit": ["refetch", "policy"],
+    "revisit refetch": ["URL", "--at", "--in", "--node", "--admin-token-file"],
+    "revisit policy": [
+        "NAME",
+        "--domain",
+        "--revisit",
+        "--revisit-interval",
+        "--revisit-min",
+        "--revisit-max",
+        "--revisit-share",
+        "--node",
+        "--admin-token-file",
+    ],
 }
+# The revisit flags of crawl and node (a contract: the issue names them).
+REVISIT_FLAGS = ["--revisit", "--revisit-interval", "--revisit-min", "--revisit-max", "--revisit-share", "--retention"]
+HELP["crawl"] += [*REVISIT_FLAGS, "--duration"]
+HELP["node"] += REVISIT_FLAGS
 
 
 @pytest.mark.parametrize("command", sorted(HELP))

@@ -31,6 +31,7 @@ FREE = {
     ("Link", "priority"), ("Link", "seed"), ("DiscoverRequest", "ring_epoch"), ("LeaseRequest", "ring_epoch"),
     ("Outcome", "simhash"), ("Outcome", "nofollow"), ("Outcome", "noindex"), ("ListHostsRequest", "only_with_work"),
     ("PauseHostRequest", "paused"), ("ReportRequest", "dispositions"), ("ReleaseLeasesRequest", "every_worker"),
+    ("SetHostPolicyRequest", "whole_domain"),
 }  # fmt: skip
 _F = pb.Link.DESCRIPTOR.fields_by_name["observed"]
 SIZED = {_F.TYPE_STRING, _F.TYPE_BYTES}
@@ -43,7 +44,8 @@ def _field_line(message: str, field: str) -> str:
     """A field's line in frontier.proto with the comment lines that continue it."""
     block = re.search(rf"^message {message} \{{(.*?)^\}}", PROTO, re.S | re.M)
     assert block is not None, f"message {message} not in frontier.proto"
-    line = re.search(rf"^\s*(?:repeated\s+)?\w+\s+{field}\s*=\s*\d+;.*(?:\n\s+//.*)*", block.group(1), re.M)
+    field_re = rf"^\s*(?:(?:repeated|optional)\s+)?\w+\s+{field}\s*=\s*\d+;.*(?:\n\s+//.*)*"
+    line = re.search(field_re, block.group(1), re.M)
     assert line is not None, f"{message}.{field} not in frontier.proto"
     return line.group(0)
 

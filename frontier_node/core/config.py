@@ -51,6 +51,57 @@ class BudgetConfig:
     max_url_length: int = 2048
 
 
+REVISIT_POLICIES = ("off", "fixed", "adaptive")
+
+
+@dataclass(frozen=True, slots=True)
+class RevisitConfig:
+    """When a fetched page is fetched again (core/revisit.py holds the estimator and the interval rule).
+
+    off: a fetched page is done. fixed: every page every `interval_s`. adaptive: each page's own interval from
+    its observed change history, clamped to [min_s, max_s], starting from `interval_s` (which also sets the
+    price of a fetch: a page that changes once per `interval_s` is visited every `interval_s`).
+    `share` is the part of a host's leases that go to due revisits while new URLs wait as well; `retention_s`
+    how long gone pages and the change history of retired pages are kept; `history` how many visits the
+    estimator remembers (older ones fade, so a page whose habits change is re-learnt).
+    """
+
+    policy: str = "off"
+    interval_s: float = 86_400.0
+    min_s: float = 3_600.0
+    max_s: float = 30 * 86_400.0
+    share: float = 0.5
+    retention_s: float = 30 * 86_400.0
+    history: float = 32.0
+
+    def __post_init__(self) -> None:
+        problem = revisit_config_problem(self)
+        if problem:
+            raise ValueError(problem)
+
+    @property
+    def enabled(self) -> bool:
+        return self.policy != "off"
+
+
+def revisit_config_problem(c: RevisitConfig) -> str:
+    """Why a revisit configuration is unusable ('' when it is fine): the message names the setting to fix."""
+    if c.policy not in REVISIT_POLICIES:
+        return f"unknown revisit policy {c.policy!r}: choose one of {', '.join(REVISIT_POLICIES)}"
+    for name, value in (("interval", c.interval_s), ("min", c.min_s), ("max", c.max_s), ("retention", c.retention_s)):
+        if not value > 0 or value == float("inf"):
+            return f"revisit {name} must be a positive, finite duration (got {value})"
+    if c.min_s > c.max_s:
+        return f"revisit min ({c.min_s:g} s) is above revisit max ({c.max_s:g} s)"
+    if not c.min_s <= c.interval_s <= c.max_s:
+        return f"revisit interval ({c.interval_s:g} s) must lie within [min {c.min_s:g} s, max {c.max_s:g} s]"
+    if not 0.0 <= c.share <= 1.0:
+        return f"revisit share must be within [0, 1] (got {c.share})"
+    if not c.history >= 2:
+        return f"revisit history must be at least 2 visits (got {c.history})"
+    return ""
+
+
 @dataclass(frozen=True, slots=True)
 class FrontierConfig:
     """Everything the core is told; `policy_version` is journaled so a reader knows which rules applied."""
@@ -58,6 +109,7 @@ class FrontierConfig:
     politeness: PolitenessConfig = field(default_factory=PolitenessConfig)
     retry: RetryConfig = field(default_factory=RetryConfig)
     budgets: BudgetConfig = field(default_factory=BudgetConfig)
+    revisit: RevisitConfig = field(default_factory=RevisitConfig)
     user_agent: str = "hostring/0.1 (+https://github.com/hostring/hostring)"
     lease_s: float = 120.0
     window: int = 16

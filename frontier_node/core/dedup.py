@@ -125,6 +125,10 @@ class BodyIndex:
     def remember(self, digest: str, simhash: int, key: str) -> None:
         self.add(key, digest, simhash)
 
+    def mirror_of(self, digest: str, key: str) -> str | None:
+        first = self.seen_digest(digest)
+        return None if first == key else first
+
     def add(self, key: str, digest: str, simhash: int) -> None:
         if digest:
             self.digests.setdefault(digest, key)

@@ -165,4 +165,5 @@ class FrontLayer:
             robots=tuple((o, r.describe()) for o, r in sorted(host.robots.items())),
             fetched=host.fetched,
             errors=host.errors,
+            revisits_due=len(host.revisits) + len(host.revisit_wait),
         )

@@ -15,6 +15,7 @@ import random
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import cast
 
 from frontier_node.core.budgets import Budgets
@@ -29,6 +30,8 @@ from frontier_node.core.leases import LeaseBook
 from frontier_node.core.ports import BodyIndex, BreachLog, Outbox, Store
 from frontier_node.core.records import Completion, Entry, Item, Kind, LinkLike, LinkVerdict, OutcomeLike, Verdict
 from frontier_node.core.retry import Action, backoff_s, classify
+from frontier_node.core.revisit import describe
+from frontier_node.core.revisit_items import RevisitItems
 from frontier_node.core.robots import RobotsPolicy, RobotsRecord, RobotsVerdict
 from frontier_node.core.robots_items import RobotsItems, remote_home
 from frontier_node.core.states import Event, State, next_state
@@ -58,7 +61,7 @@ class LeaseError(LookupError):
         self.reason = reason
 
 
-class Frontier(RobotsItems, Handback):
+class Frontier(RobotsItems, Handback, RevisitItems):
     """Admission, scheduling, leases and completions of the domains one node owns."""
 
     def __init__(
@@ -99,6 +102,7 @@ class Frontier(RobotsItems, Handback):
         self._run_id = run_id
         self._now = clock.now()
         self._identities: dict[object, tuple[UrlIdentity, int]] = {}
+        self._init_revisits()
         self._recover(rows=recover)
 
     # ================================================================== what it was given
@@ -317,19 +321,28 @@ class Frontier(RobotsItems, Handback):
             return robots
         while True:
             item = host.peek()
+            while item is None and host.overflow:
+                window = self._config.window
+                host.refill(self._store.backlog(host.name, host.watermark, window), window)
+                item = host.peek()
+            # Revisits: a due revisit goes instead when the new queue is empty or it is revisits' turn.
+            revisit = self._best_revisit(host, now) if host.revisits or host.revisit_wait else None
+            both = item is not None and revisit is not None
+            if revisit is not None and self._revisit_turn(host, item is not None):
+                item = revisit
             if item is None:
-                if host.overflow:
-                    window = self._config.window
-                    host.refill(self._store.backlog(host.name, host.watermark, window), window)
-                    if host.items:
-                        continue
                 return None
             record = host.robots.get(item.origin)
             if record is None or record.expired(now):
                 return self._robots_due(host, item.origin)
             if record.verdict is RobotsVerdict.DISALLOW_ALL:
                 return None
-            host.pop(item.key)
+            if both:
+                self._spend_turn(host, item is revisit)
+            if item is revisit:
+                self._took_revisit(host, item, now)
+            else:
+                host.pop(item.key)
             if record.allowed(item.url):
                 return item
             self._move(item, Event.SUPPRESS, "robots")
@@ -429,6 +442,8 @@ class Frontier(RobotsItems, Handback):
         policy = self._config.politeness
         status, action_reason = outcome.status, classify(outcome.status, outcome.error_class)
         action, reason = action_reason
+        if action is Action.DONE and item.checked_at > 0:
+            return self._complete_revisit(item, host, outcome, now)
         if action is Action.DONE:
             host.on_response(outcome.response_s, now, policy)
             host.fetched += 1
@@ -445,7 +460,8 @@ class Frontier(RobotsItems, Handback):
                 follow = False
             item.status, item.etag, item.last_modified = status, outcome.etag, outcome.last_modified
             item.evidence, item.digest = outcome.evidence, outcome.body_digest
-            self._move(item, Event.COMPLETE, reason, outcome.evidence)
+            data = self._first_fetched(item, outcome, now)
+            self._move(item, Event.COMPLETE, reason, outcome.evidence, data)
             return Completion(True, item.state.value, follow, reason)
         item.status, item.evidence = status, outcome.evidence
         host.errors += 1
@@ -507,6 +523,9 @@ class Frontier(RobotsItems, Handback):
         for item in [it for it in host.items.values() if which(it)]:
             del host.items[item.key]
             self._move(item, Event.SUPPRESS, reason)
+        for item in [it for it in host.revisits.values() if which(it)]:
+            del host.revisits[item.key]
+            self._move(item, Event.SUPPRESS, reason)
 
     # ================================================================== time passing
 
@@ -533,6 +552,7 @@ class Frontier(RobotsItems, Handback):
             self._move(item, Event.RESCHEDULE)
             self._requeue(host, item)
             front.wake_now(host)
+        self._promote_due(now)
 
     def _requeue(self, host: Host, item: Item) -> None:
         if item.kind is Kind.ROBOTS:
@@ -542,14 +562,17 @@ class Frontier(RobotsItems, Handback):
 
     def next_event_in(self) -> float | None:
         """Seconds until something may change by itself (a host ready, a retry due, a lease expiring)."""
-        times = [t for t in (self._front.next_at(), self._leases.next_at()) if t is not None]
+        times = [t for t in (self._front.next_at(), self._leases.next_at(), self._due.next_at()) if t is not None]
         return max(0.0, min(times) - self._clock.now()) if times else None
 
     @property
     def drained(self) -> bool:
-        """Nothing queued, nothing in flight, nothing waiting to retry: this node's crawl is over."""
+        """Nothing queued, nothing in flight, nothing waiting to retry or to be revisited: this node's crawl is over
+        (a crawl under a revisit policy never is)."""
         c = self._counts
-        return c["scheduled"] == 0 and c["leased"] == 0 and c["retryable"] == 0
+        if c["scheduled"] or c["leased"] or c["retryable"] or len(self._due):
+            return False
+        return not any(h.revisit_wait for h in self._front)
 
     # ================================================================== administration
 
@@ -559,7 +582,7 @@ class Frontier(RobotsItems, Handback):
         host.paused = paused
         if not paused:
             self._front.wake_now(host)
-        return self._front.view(host, self._clock.now())
+        return self._view(host, self._clock.now())
 
     def set_policy(
         self, host_name: str, *, min_delay_s: float | None = None, concurrency: int | None = None
@@ -575,7 +598,7 @@ class Frontier(RobotsItems, Handback):
                 raise ValueError("concurrency must be >= 1")
             host.concurrency = concurrency
         self._front.wake_now(host)
-        return self._front.view(host, self._clock.now())
+        return self._view(host, self._clock.now())
 
     def _known_host(self, name: str) -> Host:
         host = self._front.get(_host_name(name))
@@ -591,6 +614,8 @@ class Frontier(RobotsItems, Handback):
         after = next_state(before, event, item.key)
         item.state = after
         item.reason = reason
+        if item.checked_at and after is not before:
+            self._retire(item, before, after)  # revisits: a page retired from revisiting waits out the retention
         counts = self._counts
         b, a = _VALUE[before], _VALUE[after]
         if before is not State.DISCOVERED:
@@ -663,7 +688,8 @@ class Frontier(RobotsItems, Handback):
                 host.domain = item.domain
                 if item.state is not State.REJECTED:
                     self._budgets.charge(item.url, item.host, item.domain)
-                if item.state is State.SCHEDULED:
+                revisit = self._adopt_revisit(item, host)
+                if item.state is State.SCHEDULED and not revisit:
                     host.overflow += 1
                 elif item.state is State.FETCHED and item.digest:
                     self._bodies.remember(item.digest, 0, item.key)
@@ -710,14 +736,17 @@ class Frontier(RobotsItems, Handback):
     def host(self, name: str) -> HostView | None:
         """One host (its name as given, any case, a trailing dot allowed), or None when this node has no such host."""
         host = self._front.get(_host_name(name))
-        return None if host is None else self._front.view(host, self._clock.now())
+        return None if host is None else self._view(host, self._clock.now())
 
     def hosts(self, *, only_with_work: bool = False, limit: int | None = None) -> list[HostView]:
         """Hosts with the longest queues first (then by name), at most `limit` of them."""
         hosts = [h for h in self._front if h.has_work() or not only_with_work]
         hosts.sort(key=lambda h: (-h.queued, h.name))
         now = self._clock.now()
-        return [self._front.view(h, now) for h in hosts[:limit]]
+        return [self._view(h, now) for h in hosts[:limit]]
+
+    def _view(self, host: Host, now: float) -> HostView:
+        return replace(self._front.view(host, now), revisit=describe(self.revisit_config(host.name, host.domain)))
 
     def stats(self) -> FrontierStats:
         now = self._clock.now()
@@ -745,11 +774,12 @@ class Frontier(RobotsItems, Handback):
             breaches=dict(breaches),
             next_ready_s=next_ready_s,
             waiting_for=waiting_for,
+            revisits=self.revisit_stats(),
         )
 
     def _outlook(self, now: float) -> tuple[float | None, str]:
-        """Seconds until the earliest queued or retrying work may be leased (0: some may go now; None: none
-        waits), and, when it is later, what that work waits for."""
+        """Seconds until the earliest queued, retrying or revisit work may be leased (0: some may go now; None:
+        none waits), and, when it is later, what that work waits for."""
         candidates: list[tuple[float, int, str]] = []  # a retry wins a tie: it is the cause, the host waits on it
         nxt = self._front.next_host()
         if nxt is not None:
@@ -760,6 +790,9 @@ class Frontier(RobotsItems, Handback):
         if retry is not None:
             what = f"robots.txt of {retry.origin}" if retry.kind is Kind.ROBOTS else f"retry of {retry.url}"
             candidates.append((retry.due_at, 0, f"{what} ({retry.reason})"))
+        revisit = self._due.next_revisit()
+        if revisit is not None:
+            candidates.append((revisit[0], 2, f"revisit of {revisit[1]}"))
         if not candidates:
             return None, ""
         at, _, text = min(candidates)
@@ -769,7 +802,9 @@ class Frontier(RobotsItems, Handback):
         """What the coverage report needs from this node: the store's rows (or `items`, rows a shell reads from the
         store itself, off the core) and the in-memory counters."""
         rows = self._store.items() if items is None else items
-        return CoverageInput(self._run_id, rows, self._budgets.report(), dict(self._verdicts))
+        return CoverageInput(
+            self._run_id, rows, self._budgets.report(), dict(self._verdicts), revisits=self.revisit_stats()
+        )
 
 
 def _host_name(name: str) -> str:

@@ -44,16 +44,24 @@ class Host:
     heap_version: int = 0
     heap_at: float = 0.0
     in_heap: bool = False
+    # Revisits (core/revisit_items.py): due revisits in RAM (scheduled, at most a window of them), pages past
+    # their revisit time waiting for room in that window (due, key: still fetched in the store), and the
+    # credit that shares leases between revisits and new URLs while both wait.
+    revisits: dict[str, Item] = field(default_factory=dict)
+    revisit_wait: list[tuple[float, str]] = field(default_factory=list)
+    revisit_credit: float = 0.0
 
     @property
     def queued(self) -> int:
         """Scheduled items of this host, in RAM and in the store."""
-        return len(self.items) + self.overflow
+        return len(self.items) + self.overflow + len(self.revisits)
 
     def has_work(self) -> bool:
         return (
             bool(self.items)
             or self.overflow > 0
+            or bool(self.revisits)
+            or bool(self.revisit_wait)
             or any(it.state.value == "scheduled" for it in self.robots_items.values())
         )
 
@@ -98,12 +106,16 @@ class Host:
         return self.items.pop(key)
 
     def refill(self, rows: list[Item], limit: int) -> None:
-        """Load the next rows from the store into the window."""
+        """Load the next rows from the store into the window (due revisits, scheduled too, have their own)."""
+        taken = 0
         for row in rows:
+            self.watermark = row.order
+            if row.key in self.revisits:
+                continue
             heapq.heappush(self.window, (row.priority, row.seq, row.key))
             self.items[row.key] = row
-            self.watermark = row.order
-        self.overflow = max(0, self.overflow - len(rows)) if len(rows) == limit else 0
+            taken += 1
+        self.overflow = max(0, self.overflow - taken) if len(rows) == limit else 0
 
     # ------------------------------------------------------------------ politeness
 

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from frontier_node.core.records import Entry, Item, Kind
+from frontier_node.core.revisit import apply_revisit, is_revisit_data
 from frontier_node.core.states import Event, State, next_state
 
 # Field order of the tab-separated `data` of an admit line. Normalized URLs and hosts hold no tabs. The
@@ -73,7 +74,11 @@ class Replayed:
 
 
 def replay(entries: Iterable[Entry]) -> dict[str, Replayed]:
-    """Fold journal lines into the current state of every key, checking each move against the table."""
+    """Fold journal lines into the current state of every key, checking each move against the table.
+
+    Lines that set a page's revisit state carry it (revisit.pack_revisit): the replayed item then holds its
+    due time and change history as of its last such line.
+    """
     out: dict[str, Replayed] = {}
     for e in entries:
         event = Event(e.event)
@@ -82,7 +87,10 @@ def replay(entries: Iterable[Entry]) -> dict[str, Replayed]:
             continue
         if cur is None:
             cur = out[e.key] = Replayed(None, State(e.from_state), 0, 0, "")
-        if e.data:
+        if is_revisit_data(e.data):
+            if cur.item is not None:
+                apply_revisit(cur.item, e.data)
+        elif e.data:
             cur.item = unpack_admit(e.key, e.data)
         if State(e.from_state) is not cur.state:
             raise ValueError(f"journal line {e.seq} moves {e.key} from {e.from_state}, but replay has {cur.state}")

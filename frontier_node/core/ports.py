@@ -66,6 +66,10 @@ class BodyIndex(Protocol):
     def remember(self, digest: str, simhash: int, key: str) -> None:
         """Register a body fetched before a restart or a handoff (a shared index already has it)."""
 
+    def mirror_of(self, digest: str, key: str) -> str | None:
+        """The key first fetched with this exact body when that is another key than `key`, else None; registers
+        nothing (a revisit asks whether a page's new body mirrors another page's, node-wide or cluster-wide)."""
+
 
 class Store(Protocol):
     """Journal plus current item rows, robots records and a few meta values."""
@@ -86,6 +90,10 @@ class Store(Protocol):
 
     def flush(self) -> None:
         """Commit everything buffered, atomically."""
+
+    def prune(self, keys: Sequence[str]) -> None:
+        """Delete the rows of `keys` and their journal lines now, buffered writes landing first (retention of
+        revisited pages that are gone: nothing of them is kept after it)."""
 
     def backlog(self, host: str, after: tuple[int, int], limit: int) -> list[Item]:
         """Scheduled items of `host` whose (priority, seq) is greater than `after`, in that order (flushes first)."""

@@ -162,6 +162,18 @@ class Item:
     evidence: str = ""
     digest: str = ""
     source: str = ""
+    # Revisits (core/revisit.py): when the page last answered and when its stored body was fetched, its
+    # current revisit interval, and its change history for the estimator: visits compared, changes seen,
+    # seconds watched over those visits and seconds of the intervals that held a change; the stored body's
+    # simhash (a near duplicate of it is no change). All zero for a page never fetched.
+    checked_at: float = 0.0
+    stored_at: float = 0.0
+    interval_s: float = 0.0
+    visits: float = 0.0
+    changes: float = 0.0
+    watched_s: float = 0.0
+    changed_s: float = 0.0
+    simhash: int = 0
     payload: bytes = b""
     """Opaque client data from the admitting link (Link.payload), handed back on every lease."""
 

@@ -44,6 +44,10 @@ class Event(enum.StrEnum):
     # A refusal by a policy the operator can widen (network policy, scope) is looked at again under the policy
     # of a new run: the item is scheduled again (and refused again if the policy still says no).
     RECONSIDER = "reconsider"
+    # Revisits: an operator asked for a fetched page to be fetched again at a given time (the line carries it),
+    # and retention cleared the change history of a page retired from revisiting. Neither changes the state.
+    REFETCH = "refetch"
+    PRUNE = "prune"
     # An observation, not a move: a stale Complete kept as late evidence. Legal in every state, changes none.
     LATE_EVIDENCE = "late_evidence"
 
@@ -66,6 +70,9 @@ TRANSITIONS: dict[tuple[State, Event], State] = {
     (State.FAILED, Event.RECONSIDER): State.SCHEDULED,
     (State.SUPPRESSED, Event.RECONSIDER): State.SCHEDULED,
     (State.REJECTED, Event.RECONSIDER): State.SCHEDULED,
+    (State.FETCHED, Event.REFETCH): State.FETCHED,
+    (State.FAILED, Event.PRUNE): State.FAILED,
+    (State.SUPPRESSED, Event.PRUNE): State.SUPPRESSED,
 }
 
 TERMINAL: frozenset[State] = frozenset({State.REJECTED, State.FETCHED, State.FAILED, State.SUPPRESSED})

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from frontier_node.core.records import Item
+from frontier_node.core.revisit import RevisitView
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +31,8 @@ class HostView:
     robots: tuple[tuple[str, str], ...]  # (origin, RobotsRecord.describe()) of each origin, by origin
     fetched: int
     errors: int
+    revisits_due: int = 0  # pages due for a revisit now, waiting for the host's turn
+    revisit: str = ""  # the host's revisit policy (revisit.describe)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,8 +54,9 @@ class FrontierStats:
     verdicts: Mapping[tuple[str, str], int]  # Discover answers by (verdict, reason)
     events: Mapping[str, int]  # lease, completed, lease_expired, released, late_evidence, backoff, robots_2xx, ...
     breaches: Mapping[str, int]  # links suppressed, by budget rule
-    next_ready_s: float | None = None  # until the earliest queued or retrying work may go (0: now; None: none waits)
+    next_ready_s: float | None = None  # until the earliest queued, retrying or revisit work may go (0: now; None: none)
     waiting_for: str = ""  # what that work waits for, when it is later than now (a retry, a host's delay)
+    revisits: RevisitView | None = None  # revisit figures (outcomes, lag, due, staleness) for /metrics and Stats
 
     @property
     def discovered_by_verdict(self) -> dict[str, int]:
@@ -82,3 +86,5 @@ class CoverageInput:
     items: Iterable[Item]  # every item row in first-write order; iterated once
     budget_breaches: Sequence[Mapping[str, object]] | None = None  # Budgets.report(): rule, pattern, example, ...
     verdicts: Mapping[tuple[str, str], int] | None = None  # Discover answers by (verdict, reason)
+    revisits: RevisitView | None = None  # a live node's revisit figures
+    revisit_outcomes: Mapping[str, int] | None = None  # revisits by outcome, counted from a store's journal

@@ -46,6 +46,12 @@ class MemoryStore:
     def flush(self) -> None:
         self.flushes += 1
 
+    def prune(self, keys: Sequence[str]) -> None:
+        gone = set(keys)
+        for key in gone:
+            self.rows.pop(key, None)
+        self.entries = [e for e in self.entries if e.key not in gone]
+
     def backlog(self, host: str, after: tuple[int, int], limit: int) -> list[Item]:
         rows = [r for r in self.rows.values() if r.host == host and r.state is State.SCHEDULED and r.order > after]
         rows.sort(key=lambda r: r.order)

@@ -30,16 +30,29 @@ from typing import Any, Final
 from frontier_node.core.records import Entry, Item, Kind
 from frontier_node.core.states import State
 
-# 2 added items.payload (opaque client data, Link.payload); a version-1 file is upgraded in place on open.
-SCHEMA_VERSION: Final = 2
+# Version 2 added items.payload (opaque client data, Link.payload); 3 the revisit columns (checked_at .. simhash).
+# A file of an older version is upgraded in place when opened: the columns it lacks are added (a version-2 file of
+# the revisit branch, which never shipped, had the revisit columns but no payload: it is upgraded the same way).
+SCHEMA_VERSION: Final = 3
 # The meta row holding the schema version; `set_meta` refuses this name so a caller cannot clobber it.
 SCHEMA_KEY: Final = "hostring.store.schema_version"
 
 ITEM_COLUMNS: Final = (
     "key", "url", "host", "origin", "domain", "kind", "depth", "priority", "seq", "redirect_hops", "state",
     "attempt", "generation", "reason", "deadline", "due_at", "status", "etag", "last_modified", "evidence",
-    "digest", "source", "payload",
+    "digest", "source", "checked_at", "stored_at", "interval_s", "visits", "changes", "watched_s", "changed_s",
+    "simhash", "payload",
 )  # fmt: skip
+# Columns added by a schema version, with their SQL definitions (ALTER TABLE ADD COLUMN needs a default).
+_ADDED_COLUMNS: Final[dict[int, tuple[tuple[str, str], ...]]] = {
+    2: (("payload", "BLOB NOT NULL DEFAULT x''"),),
+    3: (
+        ("checked_at", "REAL NOT NULL DEFAULT 0"), ("stored_at", "REAL NOT NULL DEFAULT 0"),
+        ("interval_s", "REAL NOT NULL DEFAULT 0"), ("visits", "REAL NOT NULL DEFAULT 0"),
+        ("changes", "REAL NOT NULL DEFAULT 0"), ("watched_s", "REAL NOT NULL DEFAULT 0"),
+        ("changed_s", "REAL NOT NULL DEFAULT 0"), ("simhash", "INTEGER NOT NULL DEFAULT 0"),
+    ),
+}  # fmt: skip
 JOURNAL_COLUMNS: Final = (
     "seq", "run_id", "key", "attempt", "generation", "from_state", "event", "to_state", "at",
     "policy_version", "reason", "evidence", "data",
@@ -65,7 +78,10 @@ CREATE TABLE items (
     seq INTEGER NOT NULL, redirect_hops INTEGER NOT NULL, state TEXT NOT NULL, attempt INTEGER NOT NULL,
     generation INTEGER NOT NULL, reason TEXT NOT NULL, deadline REAL NOT NULL, due_at REAL NOT NULL,
     status INTEGER NOT NULL, etag TEXT NOT NULL, last_modified TEXT NOT NULL, evidence TEXT NOT NULL,
-    digest TEXT NOT NULL, source TEXT NOT NULL, payload BLOB NOT NULL DEFAULT x''
+    digest TEXT NOT NULL, source TEXT NOT NULL, checked_at REAL NOT NULL DEFAULT 0,
+    stored_at REAL NOT NULL DEFAULT 0, interval_s REAL NOT NULL DEFAULT 0, visits REAL NOT NULL DEFAULT 0,
+    changes REAL NOT NULL DEFAULT 0, watched_s REAL NOT NULL DEFAULT 0, changed_s REAL NOT NULL DEFAULT 0,
+    simhash INTEGER NOT NULL DEFAULT 0, payload BLOB NOT NULL DEFAULT x''
 );
 CREATE INDEX items_backlog ON items (host, priority, seq) WHERE state = 'scheduled';
 CREATE TABLE robots (origin TEXT PRIMARY KEY NOT NULL, host TEXT NOT NULL, record TEXT NOT NULL);
@@ -119,6 +135,16 @@ _KIND_INT: Final[dict[Kind, int]] = {k: int(k) for k in Kind}
 _INT_KIND: Final[dict[int, Kind]] = {int(k): k for k in Kind}
 
 _ItemRow = tuple[Any, ...]
+_SIGN: Final = 1 << 63
+
+
+def to_signed64(value: int) -> int:
+    """An unsigned 64-bit number (a simhash) as the signed one SQLite's INTEGER holds (inverse: from_signed64)."""
+    return value - (1 << 64) if value >= _SIGN else value
+
+
+def from_signed64(value: int) -> int:
+    return value + (1 << 64) if value < 0 else value
 
 
 class StoreSchemaError(RuntimeError):
@@ -138,7 +164,9 @@ def _item_row(item: Item) -> _ItemRow:
     return (
         item.key, item.url, item.host, item.origin, item.domain, kind, item.depth, item.priority, item.seq,
         item.redirect_hops, state, item.attempt, item.generation, item.reason, item.deadline, item.due_at,
-        item.status, item.etag, item.last_modified, item.evidence, item.digest, item.source, item.payload,
+        item.status, item.etag, item.last_modified, item.evidence, item.digest, item.source, item.checked_at,
+        item.stored_at, item.interval_s, item.visits, item.changes, item.watched_s, item.changed_s,
+        to_signed64(item.simhash), item.payload,
     )  # fmt: skip
 
 
@@ -152,7 +180,8 @@ def _row_item(r: _ItemRow) -> Item:
     """The Item of an items-table row (inverse of _item_row)."""
     return Item(
         r[0], r[1], r[2], r[3], r[4], _INT_KIND[r[5]], r[6], r[7], r[8], r[9], _TEXT_STATE[r[10]],
-        r[11], r[12], r[13], r[14], r[15], r[16], r[17], r[18], r[19], r[20], r[21], bytes(r[22]),
+        r[11], r[12], r[13], r[14], r[15], r[16], r[17], r[18], r[19], r[20], r[21], r[22], r[23], r[24],
+        r[25], r[26], r[27], r[28], from_signed64(r[29]), bytes(r[30]),
     )  # fmt: skip
 
 
@@ -227,9 +256,8 @@ class SqliteStore:
                         f"{self.path}: store schema version {version} is newer than this hostring supports "
                         f"({SCHEMA_VERSION}); upgrade hostring to open it"
                     )
-                if version < 2:
-                    con.execute("ALTER TABLE items ADD COLUMN payload BLOB NOT NULL DEFAULT x''")
-                    con.execute(_META_UPSERT, (SCHEMA_KEY, str(SCHEMA_VERSION)))
+                if version < SCHEMA_VERSION:
+                    _migrate(con)
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK")
@@ -298,6 +326,29 @@ class SqliteStore:
         self._rows = {}
         self._robots = {}
         self._meta = {}
+
+    def prune(self, keys: Sequence[str]) -> None:
+        """Delete the rows of `keys` and their journal lines now, buffered writes first (retention).
+
+        The journal has no index on key, so each call scans it once: the core prunes in batches, rarely.
+        """
+        if not keys:
+            return
+        with self._lock:
+            self._flush_locked()
+            con = self._con
+            con.execute("BEGIN IMMEDIATE")
+            try:
+                for start in range(0, len(keys), 500):
+                    chunk = tuple(keys[start : start + 500])
+                    marks = ", ".join("?" * len(chunk))
+                    con.execute(f"DELETE FROM items WHERE key IN ({marks})", chunk)
+                    con.execute(f"DELETE FROM journal WHERE key IN ({marks})", chunk)
+                con.execute("COMMIT")
+            except BaseException:
+                if con.in_transaction:
+                    con.execute("ROLLBACK")
+                raise
 
     # -- reads -----------------------------------------------------------------------------------------
 
@@ -441,6 +492,17 @@ class SqliteStore:
                 self._stop.set()
                 self._checkpointer.join()
                 self._con.close()
+
+
+def _migrate(con: sqlite3.Connection) -> None:
+    """Bring a store of an older schema version up to this one, inside the caller's transaction: every column
+    added since version 1 that the file lacks is added (by presence, so each kind of older file is upgraded)."""
+    columns = {r[1] for r in con.execute("PRAGMA table_info(items)")}
+    for step in sorted(_ADDED_COLUMNS):
+        for name, definition in _ADDED_COLUMNS[step]:
+            if name not in columns:
+                con.execute(f"ALTER TABLE items ADD COLUMN {name} {definition}")
+    con.execute(_META_UPSERT, (SCHEMA_KEY, str(SCHEMA_VERSION)))
 
 
 def _checkpoint_loop(path: Path, stop: threading.Event) -> None:

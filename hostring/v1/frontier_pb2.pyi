@@ -94,7 +94,7 @@ class LeaseRequest(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., max_items: _Optional[int] = ..., wait_ms: _Optional[int] = ..., ring_epoch: _Optional[int] = ...) -> None: ...
 
 class LeaseItem(_message.Message):
-    __slots__ = ("lease_id", "generation", "deadline_ms", "fetch_key", "url", "kind", "etag", "last_modified", "depth", "attempt", "host", "redirect_hops", "domain", "payload")
+    __slots__ = ("lease_id", "generation", "deadline_ms", "fetch_key", "url", "kind", "etag", "last_modified", "depth", "attempt", "host", "redirect_hops", "domain", "payload", "revisit", "refers_to", "stored_digest", "stored_at_ms")
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
@@ -109,6 +109,10 @@ class LeaseItem(_message.Message):
     REDIRECT_HOPS_FIELD_NUMBER: _ClassVar[int]
     DOMAIN_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    REVISIT_FIELD_NUMBER: _ClassVar[int]
+    REFERS_TO_FIELD_NUMBER: _ClassVar[int]
+    STORED_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    STORED_AT_MS_FIELD_NUMBER: _ClassVar[int]
     lease_id: str
     generation: int
     deadline_ms: int
@@ -123,7 +127,11 @@ class LeaseItem(_message.Message):
     redirect_hops: int
     domain: str
     payload: bytes
-    def __init__(self, lease_id: _Optional[str] = ..., generation: _Optional[int] = ..., deadline_ms: _Optional[int] = ..., fetch_key: _Optional[str] = ..., url: _Optional[str] = ..., kind: _Optional[_Union[ItemKind, str]] = ..., etag: _Optional[str] = ..., last_modified: _Optional[str] = ..., depth: _Optional[int] = ..., attempt: _Optional[int] = ..., host: _Optional[str] = ..., redirect_hops: _Optional[int] = ..., domain: _Optional[str] = ..., payload: _Optional[bytes] = ...) -> None: ...
+    revisit: bool
+    refers_to: str
+    stored_digest: str
+    stored_at_ms: int
+    def __init__(self, lease_id: _Optional[str] = ..., generation: _Optional[int] = ..., deadline_ms: _Optional[int] = ..., fetch_key: _Optional[str] = ..., url: _Optional[str] = ..., kind: _Optional[_Union[ItemKind, str]] = ..., etag: _Optional[str] = ..., last_modified: _Optional[str] = ..., depth: _Optional[int] = ..., attempt: _Optional[int] = ..., host: _Optional[str] = ..., redirect_hops: _Optional[int] = ..., domain: _Optional[str] = ..., payload: _Optional[bytes] = ..., revisit: _Optional[bool] = ..., refers_to: _Optional[str] = ..., stored_digest: _Optional[str] = ..., stored_at_ms: _Optional[int] = ...) -> None: ...
 
 class LeaseResponse(_message.Message):
     __slots__ = ("items", "ring_epoch", "next_ready_ms", "drained")
@@ -312,7 +320,7 @@ class ListHostsRequest(_message.Message):
     def __init__(self, limit: _Optional[int] = ..., only_with_work: _Optional[bool] = ...) -> None: ...
 
 class HostInfo(_message.Message):
-    __slots__ = ("host", "queued", "in_flight", "concurrency", "delay_s", "min_delay_s", "backoff", "next_eligible_s", "paused", "robots", "fetched", "errors", "domain")
+    __slots__ = ("host", "queued", "in_flight", "concurrency", "delay_s", "min_delay_s", "backoff", "next_eligible_s", "paused", "robots", "fetched", "errors", "domain", "revisit", "revisits_due")
     HOST_FIELD_NUMBER: _ClassVar[int]
     QUEUED_FIELD_NUMBER: _ClassVar[int]
     IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
@@ -326,6 +334,8 @@ class HostInfo(_message.Message):
     FETCHED_FIELD_NUMBER: _ClassVar[int]
     ERRORS_FIELD_NUMBER: _ClassVar[int]
     DOMAIN_FIELD_NUMBER: _ClassVar[int]
+    REVISIT_FIELD_NUMBER: _ClassVar[int]
+    REVISITS_DUE_FIELD_NUMBER: _ClassVar[int]
     host: str
     queued: int
     in_flight: int
@@ -339,7 +349,9 @@ class HostInfo(_message.Message):
     fetched: int
     errors: int
     domain: str
-    def __init__(self, host: _Optional[str] = ..., queued: _Optional[int] = ..., in_flight: _Optional[int] = ..., concurrency: _Optional[int] = ..., delay_s: _Optional[float] = ..., min_delay_s: _Optional[float] = ..., backoff: _Optional[float] = ..., next_eligible_s: _Optional[float] = ..., paused: _Optional[bool] = ..., robots: _Optional[str] = ..., fetched: _Optional[int] = ..., errors: _Optional[int] = ..., domain: _Optional[str] = ...) -> None: ...
+    revisit: str
+    revisits_due: int
+    def __init__(self, host: _Optional[str] = ..., queued: _Optional[int] = ..., in_flight: _Optional[int] = ..., concurrency: _Optional[int] = ..., delay_s: _Optional[float] = ..., min_delay_s: _Optional[float] = ..., backoff: _Optional[float] = ..., next_eligible_s: _Optional[float] = ..., paused: _Optional[bool] = ..., robots: _Optional[str] = ..., fetched: _Optional[int] = ..., errors: _Optional[int] = ..., domain: _Optional[str] = ..., revisit: _Optional[str] = ..., revisits_due: _Optional[int] = ...) -> None: ...
 
 class ListHostsResponse(_message.Message):
     __slots__ = ("hosts",)
@@ -410,20 +422,50 @@ class PauseHostRequest(_message.Message):
     def __init__(self, host: _Optional[str] = ..., paused: _Optional[bool] = ...) -> None: ...
 
 class SetHostPolicyRequest(_message.Message):
-    __slots__ = ("host", "min_delay_s", "concurrency")
+    __slots__ = ("host", "min_delay_s", "concurrency", "revisit", "revisit_interval_s", "revisit_min_s", "revisit_max_s", "revisit_share", "whole_domain")
     HOST_FIELD_NUMBER: _ClassVar[int]
     MIN_DELAY_S_FIELD_NUMBER: _ClassVar[int]
     CONCURRENCY_FIELD_NUMBER: _ClassVar[int]
+    REVISIT_FIELD_NUMBER: _ClassVar[int]
+    REVISIT_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
+    REVISIT_MIN_S_FIELD_NUMBER: _ClassVar[int]
+    REVISIT_MAX_S_FIELD_NUMBER: _ClassVar[int]
+    REVISIT_SHARE_FIELD_NUMBER: _ClassVar[int]
+    WHOLE_DOMAIN_FIELD_NUMBER: _ClassVar[int]
     host: str
     min_delay_s: float
     concurrency: int
-    def __init__(self, host: _Optional[str] = ..., min_delay_s: _Optional[float] = ..., concurrency: _Optional[int] = ...) -> None: ...
+    revisit: str
+    revisit_interval_s: float
+    revisit_min_s: float
+    revisit_max_s: float
+    revisit_share: float
+    whole_domain: bool
+    def __init__(self, host: _Optional[str] = ..., min_delay_s: _Optional[float] = ..., concurrency: _Optional[int] = ..., revisit: _Optional[str] = ..., revisit_interval_s: _Optional[float] = ..., revisit_min_s: _Optional[float] = ..., revisit_max_s: _Optional[float] = ..., revisit_share: _Optional[float] = ..., whole_domain: _Optional[bool] = ...) -> None: ...
 
 class ReportRequest(_message.Message):
     __slots__ = ("dispositions",)
     DISPOSITIONS_FIELD_NUMBER: _ClassVar[int]
     dispositions: bool
     def __init__(self, dispositions: _Optional[bool] = ...) -> None: ...
+
+class RefetchRequest(_message.Message):
+    __slots__ = ("url", "at_ms")
+    URL_FIELD_NUMBER: _ClassVar[int]
+    AT_MS_FIELD_NUMBER: _ClassVar[int]
+    url: str
+    at_ms: int
+    def __init__(self, url: _Optional[str] = ..., at_ms: _Optional[int] = ...) -> None: ...
+
+class RefetchResponse(_message.Message):
+    __slots__ = ("fetch_key", "state", "due_ms")
+    FETCH_KEY_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    DUE_MS_FIELD_NUMBER: _ClassVar[int]
+    fetch_key: str
+    state: str
+    due_ms: int
+    def __init__(self, fetch_key: _Optional[str] = ..., state: _Optional[str] = ..., due_ms: _Optional[int] = ...) -> None: ...
 
 class ReportResponse(_message.Message):
     __slots__ = ("json",)

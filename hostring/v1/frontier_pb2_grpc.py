@@ -110,6 +110,11 @@ class FrontierStub:
                 request_serializer=hostring_dot_v1_dot_frontier__pb2.ReconsiderRequest.SerializeToString,
                 response_deserializer=hostring_dot_v1_dot_frontier__pb2.ReconsiderResponse.FromString,
                 _registered_method=True)
+        self.Refetch = channel.unary_unary(
+                '/hostring.v1.Frontier/Refetch',
+                request_serializer=hostring_dot_v1_dot_frontier__pb2.RefetchRequest.SerializeToString,
+                response_deserializer=hostring_dot_v1_dot_frontier__pb2.RefetchResponse.FromString,
+                _registered_method=True)
 
 
 class FrontierServicer:
@@ -218,6 +223,13 @@ class FrontierServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Refetch(self, request, context):
+        """Fetch one already fetched page again at a given time (an administrative call, like SetHostPolicy).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_FrontierServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -295,6 +307,11 @@ def add_FrontierServicer_to_server(servicer, server):
                     servicer.Reconsider,
                     request_deserializer=hostring_dot_v1_dot_frontier__pb2.ReconsiderRequest.FromString,
                     response_serializer=hostring_dot_v1_dot_frontier__pb2.ReconsiderResponse.SerializeToString,
+            ),
+            'Refetch': grpc.unary_unary_rpc_method_handler(
+                    servicer.Refetch,
+                    request_deserializer=hostring_dot_v1_dot_frontier__pb2.RefetchRequest.FromString,
+                    response_serializer=hostring_dot_v1_dot_frontier__pb2.RefetchResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -703,6 +720,33 @@ class Frontier:
             '/hostring.v1.Frontier/Reconsider',
             hostring_dot_v1_dot_frontier__pb2.ReconsiderRequest.SerializeToString,
             hostring_dot_v1_dot_frontier__pb2.ReconsiderResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Refetch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hostring.v1.Frontier/Refetch',
+            hostring_dot_v1_dot_frontier__pb2.RefetchRequest.SerializeToString,
+            hostring_dot_v1_dot_frontier__pb2.RefetchResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -83,5 +83,13 @@ class RedisBodyIndex:
                     break
         return BodyClaim(first, near)
 
+    def mirror_of(self, digest: str, key: str) -> str | None:
+        """The key first fetched anywhere in the cluster with this digest, unless it is `key` (one GET)."""
+        if not digest or "{" in digest or "}" in digest:
+            return None
+        found = self._r.get(self.digest_key(digest))
+        first = text(found) if found else None
+        return None if first is None or first == key[:_KEY_LIMIT] else first
+
     def remember(self, digest: str, simhash: int, key: str) -> None:
         """Nothing to do: the shared index already holds every body a node of the cluster registered."""

@@ -37,19 +37,28 @@ from frontier_node.core.records import Entry, Item, Kind
 from frontier_node.core.states import State
 from hostring.domains import registrable_domain
 
-EXPORT_FORMAT: Final = 1
+# Format 2 added the revisit fields of a row (checked_at .. simhash); a row's payload is base64 in both. Format-1
+# exports (no revisit fields, a payload or none) still import.
+EXPORT_FORMAT: Final = 2
+IMPORT_FORMATS: Final = frozenset({1, 2})
 SEP: Final = "\x1f"
 PRIORITY_OFFSET: Final = 2**63
 SEQ_LIMIT: Final = 10**20
 EPOCH_LIMIT: Final = 2**53
 _ORDER_LEN: Final = 41  # "pppp…(20):ssss…(20)"
 
-# Row JSON: every Item field except the key (the hash field) and state/host/priority/seq (in the prefix); the
-# payload last, and only when there is one.
+# Row JSON: every Item field except the key (the hash field) and state/host/priority/seq (in the prefix). The
+# first _BASE_FIELDS always; the _REVISIT_FIELDS when a page has revisit numbers or a payload; the payload
+# (base64) last, and only when there is one. So a row is 17 entries long (neither), 25 (revisit numbers) or 26
+# (both); a row written before the revisit fields existed is 18 long when it has a payload.
 _ROW_FIELDS: Final = (
     "url", "origin", "domain", "kind", "depth", "redirect_hops", "attempt", "generation", "reason", "deadline",
-    "due_at", "status", "etag", "last_modified", "evidence", "digest", "source", "payload",
+    "due_at", "status", "etag", "last_modified", "evidence", "digest", "source", "checked_at", "stored_at",
+    "interval_s", "visits", "changes", "watched_s", "changed_s", "simhash", "payload",
 )  # fmt: skip
+_BASE_FIELDS: Final = 17
+_REVISIT_FIELDS: Final = 8
+_WITH_REVISIT: Final = _BASE_FIELDS + _REVISIT_FIELDS
 _ALL_ITEM_FIELDS: Final = frozenset({"key", "state", "host", "priority", "seq", *_ROW_FIELDS})
 if frozenset(f.name for f in dataclasses.fields(Item)) != _ALL_ITEM_FIELDS:
     raise ImportError("frontier_node.store.redis: Item fields changed; update _ROW_FIELDS and the row format")
@@ -141,14 +150,20 @@ def after_bound(after: tuple[int, int]) -> str | None:
 def pack_row(item: Item, first: int) -> str:
     """The stored form of an item row: the fields the script needs up front, the rest as a JSON list.
 
-    `first` is the seq of the journal line that first wrote the row (the script keeps a stored one). A client
-    payload (base64) is an 18th list entry only when the item has one.
+    `first` is the seq of the journal line that first wrote the row (the script keeps a stored one). The revisit
+    numbers and the client payload are added only when there are some (see _ROW_FIELDS).
     """
     if SEP in item.host:
         raise ValueError(f"item {item.key!r}: host {item.host!r} holds a unit separator")
-    fields = [item.url, item.origin, item.domain, int(item.kind), item.depth, item.redirect_hops, item.attempt,
-              item.generation, item.reason, item.deadline, item.due_at, item.status, item.etag, item.last_modified,
-              item.evidence, item.digest, item.source]  # fmt: skip
+    fields: list[object] = [
+        item.url, item.origin, item.domain, int(item.kind), item.depth, item.redirect_hops, item.attempt,
+        item.generation, item.reason, item.deadline, item.due_at, item.status, item.etag, item.last_modified,
+        item.evidence, item.digest, item.source,
+    ]  # fmt: skip
+    revisit = (item.checked_at, item.stored_at, item.interval_s, item.visits, item.changes, item.watched_s,
+               item.changed_s, item.simhash)  # fmt: skip
+    if item.payload or any(revisit):
+        fields += revisit
     if item.payload:
         fields.append(base64.b64encode(item.payload).decode("ascii"))
     rest = json.dumps(fields, separators=(",", ":"))
@@ -160,11 +175,17 @@ def unpack_row(key: str, packed: str) -> Item:
     """The Item of a stored row (inverse of pack_row)."""
     state, host, order, _, rest = packed.split(SEP, 4)
     f = json.loads(rest)
-    return Item(
+    n = len(f)
+    item = Item(
         key, f[0], host, f[1], f[2], _INT_KIND[f[3]], f[4], int(order[:20]) - PRIORITY_OFFSET, int(order[21:]),
         f[5], _TEXT_STATE[state], f[6], f[7], f[8], f[9], f[10], f[11], f[12], f[13], f[14], f[15], f[16],
-        base64.b64decode(f[17]) if len(f) > 17 else b"",
     )  # fmt: skip
+    if n >= _WITH_REVISIT:
+        (item.checked_at, item.stored_at, item.interval_s, item.visits, item.changes, item.watched_s,
+         item.changed_s, item.simhash) = f[_BASE_FIELDS:_WITH_REVISIT]  # fmt: skip
+    if n in (_BASE_FIELDS + 1, _WITH_REVISIT + 1):
+        item.payload = base64.b64decode(f[-1])
+    return item
 
 
 def row_state(packed: str) -> str:

@@ -20,6 +20,7 @@ from frontier_node.core.records import Entry, Item, Kind
 from frontier_node.store.redis.codec import (
     EPOCH_LIMIT,
     EXPORT_FORMAT,
+    IMPORT_FORMATS,
     Keys,
     check_tag_free,
     export_item,
@@ -263,8 +264,8 @@ class DomainHandoff:
 
         Journal lines keep their writer, epoch and seq; rows and robots records replace what is there.
         """
-        if data.get("format") != EXPORT_FORMAT or data.get("domain") != domain:
-            raise ValueError(f"not an export of domain {domain!r} in format {EXPORT_FORMAT}")
+        if data.get("format") not in IMPORT_FORMATS or data.get("domain") != domain:
+            raise ValueError(f"not an export of domain {domain!r} in format {sorted(IMPORT_FORMATS)}")
         self.claim(domain, epoch)
         by_writer: dict[str, list[tuple[int, Entry]]] = {}
         for line in data["journal"]:

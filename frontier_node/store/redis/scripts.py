@@ -107,7 +107,34 @@ end
 return {keys, rows}
 """
 
-SCRIPTS: Final[dict[str, str]] = {"write": WRITE_LUA, "claim": CLAIM_LUA, "backlog": BACKLOG_LUA}
+# KEYS: 1 fence, 2 items, 3 states. ARGV: 1 writer, 2 epoch, 3 JSON array of keys. Fenced as a write; deletes
+# the rows of the keys (retention of gone pages) and counts them out of their states. A scheduled row (queued in
+# a backlog this script does not touch) is left alone. Answers {1, deleted} or {0, owner, epoch}.
+PRUNE_LUA: Final = r"""
+local writer, epoch = ARGV[1], tonumber(ARGV[2])
+local fence = redis.call('HMGET', KEYS[1], 'owner', 'epoch')
+if fence[2] then
+  local fenced = tonumber(fence[2])
+  if fenced > epoch or (fenced == epoch and fence[1] ~= writer) then
+    return {0, fence[1] or '', fence[2]}
+  end
+end
+local deleted = 0
+for _, key in ipairs(cjson.decode(ARGV[3])) do
+  local old = redis.call('HGET', KEYS[2], key)
+  if old then
+    local state = string.match(old, '^([^\031]*)\031')
+    if state ~= 'scheduled' then
+      if redis.call('HINCRBY', KEYS[3], state, -1) <= 0 then redis.call('HDEL', KEYS[3], state) end
+      redis.call('HDEL', KEYS[2], key)
+      deleted = deleted + 1
+    end
+  end
+end
+return {1, deleted}
+"""
+
+SCRIPTS: Final[dict[str, str]] = {"write": WRITE_LUA, "claim": CLAIM_LUA, "backlog": BACKLOG_LUA, "prune": PRUNE_LUA}
 
 
 class Scripts:

@@ -474,6 +474,51 @@ class RedisStore(DomainHandoff):
         if error is not None:
             raise error
 
+    def prune(self, keys: Sequence[str]) -> None:
+        """Delete the rows of `keys` and their journal lines (every writer's) now, buffered writes first.
+
+        The rows go in one script call per domain, fenced as a write (FencedOut when a newer owner holds the
+        domain) and pipelined with the same checks as a flush (the instance marker, the fences this store set:
+        StoreLost); the journal lines are then found by one scan of each writer's journal of the domain: the
+        core prunes rarely.
+        """
+        if not keys:
+            return
+        with self._lock:
+            self._flush_locked()
+        epoch = int(self._epoch())
+        by_domain: dict[str, list[str]] = {}
+        for key in keys:
+            domain = self._key_domain(key)
+            if domain:
+                by_domain.setdefault(domain, []).append(key)
+        if not by_domain:
+            return
+        calls = {
+            d: ([self._keys.domain(d, s) for s in ("fence", "items", "states")], [self.node_id, epoch, json_array(k)])
+            for d, k in by_domain.items()
+        }
+        expected = sorted(d for d in by_domain if d in self._fenced_here)
+        checks = [("EXISTS", self._keys.domain(d, "fence")) for d in expected] + [("GET", self._instance_key)]
+        results, found = self._scripts.run_checked("prune", calls, checks)
+        *exists, instance = found
+        self._verify_instance(instance)
+        if any(not isinstance(n, BaseException) and not n for n in exists):
+            self._lose("the fence of a domain this node holds vanished while pruning: a Redis server lost its data")
+        for domain, doomed in sorted(by_domain.items()):
+            res = results[domain]
+            if isinstance(res, BaseException):
+                raise res
+            if int(res[0]) == 0:
+                raise FencedOut(domain, epoch, int(text(res[2])), text(res[1]))
+            gone = set(doomed)
+            for writer in sorted(text(w) for w in self._r.smembers(self._keys.domain(domain, "writers"))):
+                name = self._keys.domain(domain, f"j:{writer}")
+                lines = {text(m) for m, _ in self._r.zscan_iter(name, count=_SCAN_COUNT)}
+                drop = [m for m in lines if unpack_line(m)[1].key in gone]
+                for start in range(0, len(drop), 1000):
+                    self._r.zrem(name, *drop[start : start + 1000])
+
     # -- reads -----------------------------------------------------------------------------------------
 
     def get_meta(self, name: str) -> str | None:
