@@ -49,6 +49,7 @@ RPC_TIMEOUT_S = 10.0
 _HANDOFF_LINE = re.compile(
     r"ring epoch (\d+): (\d+) members, released (\d+) domains, adopted (\d+)(?:, in ([0-9.]+)s)?"
 )
+_FENCED_LINE = re.compile(r"writes for \d+ domain\(s\) refused by a newer owner: \[(.*)\]")
 _SERVING = health_pb2.HealthCheckResponse.SERVING
 
 
@@ -272,6 +273,16 @@ class Cluster:
             for row in self.report(node_id)["dispositions"]:
                 owners.setdefault(identify(row["url"]).domain, set()).add(node_id)
         return owners
+
+    def let_go(self, node_id: str) -> set[str]:
+        """Domains the node let go of early, when a newer owner's fence refused its writes before its own ring
+        said so (its log line names up to five per refusal)."""
+        out: set[str] = set()
+        for msg, _ in log_records(self.procs[node_id].log()):
+            m = _FENCED_LINE.search(msg)
+            if m is not None:
+                out.update(d.strip().strip("'\"") for d in m.group(1).split(",") if d.strip())
+        return out
 
     def handoffs(self, node_id: str) -> dict[int, Handoff]:
         """epoch -> the node's own "ring epoch ..." log line for it."""

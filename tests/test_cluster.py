@@ -226,10 +226,14 @@ def _scenario(
     for node_id in ("n1", "n2", "n3", "n4"):
         handoff = c.handoffs(node_id).get(ring_after_join.epoch)
         assert handoff is not None, f"{node_id} logged no handoff for epoch {ring_after_join.epoch}"
-        released = sum(1 for old, _ in observed.values() if old == node_id)
+        lost = {d for d, (old, _) in observed.items() if old == node_id}
         adopted = sum(1 for _, new in observed.values() if new == node_id)
-        assert (handoff.released, handoff.adopted) == (released, adopted), (
-            f"{node_id} logged {handoff[:3]} for the join, expected released {released}, adopted {adopted}"
+        # A node may let go of a moving domain a moment early, when the new owner's fence refuses its writes
+        # before its own ring update arrives; it logs those by name, and the ring's release counts the rest.
+        early = lost & c.let_go(node_id)
+        assert (handoff.released + len(early), handoff.adopted) == (len(lost), adopted), (
+            f"{node_id} logged {handoff[:3]} for the join and let go of {sorted(early)} early, "
+            f"expected released {len(lost)}, adopted {adopted}"
         )
     problems: list[str] = []  # checks that do not stop the run: all are listed at the end
     problems += _check_status(c, ring_after_join, {"n1", "n2", "n3", "n4"}, domains)
