@@ -7,12 +7,10 @@ calls like the frontier node's, and an embedding process (tests, the all-in-one 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import logging
 import signal
 import threading
-from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -26,6 +24,7 @@ from coordinator.membership import Membership, MembershipBackend, MemoryBackend,
 from coordinator.service import CoordinatorService
 from hostring.clock import Clock, WallClock
 from hostring.limits import grpc_options
+from hostring.loops import run_on, start_loop
 from hostring.security import COORDINATOR_ADMIN_METHODS, INSECURE, AioAdminTokenInterceptor, TlsConfig
 from hostring.v1 import coordinator_pb2
 from hostring.v1 import coordinator_pb2_grpc as pb_grpc
@@ -71,7 +70,7 @@ class RunningCoordinator:
             return
         self._stopped = True
         try:
-            _run(self.loop, self._shutdown(grace), timeout=grace + 5.0)
+            run_on(self.loop, self._shutdown(grace), timeout=grace + 5.0)
         finally:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(timeout=5.0)
@@ -127,11 +126,9 @@ def start_coordinator(
         if client is not None:
             client.close()
         raise
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=_run_loop, args=(loop,), name="coordinator", daemon=True)
-    thread.start()
+    loop, thread = start_loop("coordinator")
     try:
-        server, port, service, expiry, health = _run(
+        server, port, service, expiry, health = run_on(
             loop, _serve(listen, membership, heartbeat_timeout_s, tls, admin_token), timeout=10.0
         )
     except BaseException:
@@ -180,21 +177,6 @@ async def _serve(
         await health.set(name, health_pb2.HealthCheckResponse.SERVING)
     expiry = asyncio.get_running_loop().create_task(service.run_expiry(min(1.0, timeout_s / 5)), name="expiry")
     return server, port, service, expiry, health
-
-
-def _run_loop(loop: asyncio.AbstractEventLoop) -> None:
-    asyncio.set_event_loop(loop)
-    loop.run_forever()
-
-
-def _run(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T], timeout: float) -> T:
-    """Run a coroutine on the coordinator's loop from another thread and wait for its result."""
-    fut = asyncio.run_coroutine_threadsafe(coro, loop)
-    try:
-        return fut.result(timeout)
-    except concurrent.futures.TimeoutError:
-        fut.cancel()
-        raise
 
 
 def serve_forever(coordinator: RunningCoordinator) -> None:

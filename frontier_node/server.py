@@ -14,14 +14,13 @@ their own, so no number of parked Leases can starve health checks or other calls
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import gc
 import logging
 import signal
 import threading
-from collections.abc import Coroutine, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -39,6 +38,7 @@ from frontier_node.service import FrontierService
 from frontier_node.store.open import open_store, sqlite_path
 from hostring.clock import WallClock
 from hostring.limits import grpc_options
+from hostring.loops import run_on, start_loop
 from hostring.metrics import serve_metrics
 from hostring.security import FRONTIER_ADMIN_METHODS, INSECURE, AioAdminTokenInterceptor, TlsConfig
 from hostring.v1 import frontier_pb2
@@ -85,7 +85,7 @@ class RunningNode:
         if self._closed:
             return
         self._closed.append(True)
-        _run(self.loop, self.health.enter_graceful_shutdown(), timeout=5.0)
+        run_on(self.loop, self.health.enter_graceful_shutdown(), timeout=5.0)
         if self.membership is not None:
             self.membership.stop(leave=leave)
         if self.slice is not None:
@@ -93,7 +93,7 @@ class RunningNode:
         self._stop.set()
         self.service.core.release_waiters()  # parked Leases answer now instead of holding the shutdown up
         try:
-            _run(self.loop, self.server.stop(grace), timeout=grace + 5.0)
+            run_on(self.loop, self.server.stop(grace), timeout=grace + 5.0)
         finally:
             self.service.stop()
             with self.service.cond:
@@ -181,12 +181,10 @@ def start_node(
         reader=reader,
         store_timer=timer,
     )
-    loop = asyncio.new_event_loop()
-    loop_thread = threading.Thread(target=_run_loop, args=(loop,), name="node-loop", daemon=True)
-    loop_thread.start()
+    loop, loop_thread = start_loop("node-loop")
     service.start()
     try:
-        server, port, health_servicer = _run(
+        server, port, health_servicer = run_on(
             loop, _serve(service, listen, tls, admin_token, serving=not clustered), timeout=10.0
         )
     except BaseException:
@@ -282,21 +280,6 @@ def _catch_up(slice_: Slice, stop: threading.Event) -> None:
             return  # the slice logged it once by name and turned health off; nothing more to adopt
         except Exception:
             log.exception("catch-up adoption failed; the next one tries again")
-
-
-def _run_loop(loop: asyncio.AbstractEventLoop) -> None:
-    asyncio.set_event_loop(loop)
-    loop.run_forever()
-
-
-def _run(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T], timeout: float) -> T:
-    """Run a coroutine on the node's loop from another thread and wait for its result."""
-    fut = asyncio.run_coroutine_threadsafe(coro, loop)
-    try:
-        return fut.result(timeout)
-    except concurrent.futures.TimeoutError:
-        fut.cancel()
-        raise
 
 
 def stop_signals() -> threading.Event:
