@@ -82,6 +82,17 @@ def running(c: Cluster) -> Iterator[Cluster]:
         raise
 
 
+def crawl_to_30_percent(c: Cluster, web: LocalWeb, oracle: Oracle) -> None:
+    """A coordinator, nodes n1 and n2 and a worker running until drained, crawling `web` until 30% is fetched."""
+    c.hits_of = lambda: len(web.hits)
+    c.start_coordinator()
+    c.start_nodes("n1", "n2")
+    c.wait_settled({"n1", "n2"}, STARTUP_TIMEOUT_S)
+    c.seed(oracle.seed_urls(web))
+    c.start_workers("w1", until_drained=True)
+    wait_for(lambda: len(web.hits) >= 0.3 * expected_requests(oracle), 60, "30% of the crawl")
+
+
 # ============================================================================================== Redis faults
 
 
@@ -99,13 +110,7 @@ def test_redis_restarted_empty_is_loud(tmp_path: Path) -> None:
             Cluster(tmp_path / "logs", srv.url, heartbeat_timeout=3.0, delay=0.3, lease_s=10.0) as c,
             running(c),
         ):
-            c.hits_of = lambda: len(web.hits)
-            c.start_coordinator()
-            c.start_nodes("n1", "n2")
-            c.wait_settled({"n1", "n2"}, STARTUP_TIMEOUT_S)
-            c.seed(oracle.seed_urls(web))
-            c.start_workers("w1", until_drained=True)
-            wait_for(lambda: len(web.hits) >= 0.3 * expected_requests(oracle), 60, "30% of the crawl")
+            crawl_to_30_percent(c, web, oracle)
             c.note("SHUTDOWN NOSAVE")
             with contextlib.suppress(redis.ConnectionError):
                 redis.Redis.from_url(srv.url).shutdown(nosave=True)
@@ -139,13 +144,7 @@ def test_redis_restarted_with_its_data_is_not_lost(tmp_path: Path) -> None:
             Cluster(tmp_path / "logs", srv.url, heartbeat_timeout=3.0, delay=0.2, lease_s=10.0) as c,
             running(c),
         ):
-            c.hits_of = lambda: len(web.hits)
-            c.start_coordinator()
-            c.start_nodes("n1", "n2")
-            c.wait_settled({"n1", "n2"}, STARTUP_TIMEOUT_S)
-            c.seed(oracle.seed_urls(web))
-            c.start_workers("w1", until_drained=True)
-            wait_for(lambda: len(web.hits) >= 0.3 * expected_requests(oracle), 60, "30% of the crawl")
+            crawl_to_30_percent(c, web, oracle)
             c.note("SIGKILL redis")
             srv.proc.kill()
             srv.proc.wait(10)
