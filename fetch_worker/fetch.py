@@ -29,14 +29,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import email.utils
-import math
 import ssl
 import time
 import zlib
 from collections.abc import AsyncGenerator, Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC
 from typing import Any, Protocol, cast
 
 import brotli
@@ -44,6 +41,7 @@ import httpx
 
 from fetch_worker.netpolicy import AddressRefused, NetworkPolicy, ResolutionFailed
 from fetch_worker.transport import CONNECT_TRACE, ConnectTrace, policy_transport
+from hostring.retry_after import parse_retry_after
 
 # Error classes: the complete vocabulary of FetchResult.error_class.
 NETWORK_POLICY = "network_policy"
@@ -176,26 +174,6 @@ class FetchResult:
 def media_type(content_type: str) -> str:
     """'Text/HTML; charset=utf-8' -> 'text/html'."""
     return content_type.split(";", 1)[0].strip().lower()
-
-
-def parse_retry_after(value: str, now: float | None = None) -> float:
-    """Seconds to wait from a Retry-After value (delta-seconds or HTTP-date); -1 if absent or bad."""
-    text = value.strip()
-    if not text:
-        return -1.0
-    try:
-        seconds = float(text)
-    except ValueError:
-        pass
-    else:
-        return seconds if math.isfinite(seconds) and seconds >= 0 else -1.0
-    try:
-        when = email.utils.parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError):
-        return -1.0
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
 # --- bounded content decoding -------------------------------------------------------------------

@@ -26,8 +26,9 @@ from typing import Any
 import brotli
 import pytest
 
-from fetch_worker.fetch import Fetcher, FetchLimits, FetchResult, parse_retry_after
+from fetch_worker.fetch import Fetcher, FetchLimits, FetchResult
 from fetch_worker.netpolicy import NetworkPolicy, ResolutionFailed
+from hostring.retry_after import parse_retry_after
 
 UA = "hostring-test/0.1 (+https://hostring.invalid/bot)"
 LOOPBACK = NetworkPolicy(allow=["127.0.0.0/8"])

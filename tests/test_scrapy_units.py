@@ -26,6 +26,7 @@ from twisted.internet import error as twisted_error
 
 from hostring.fingerprint import body_digest, simhash64
 from hostring.limits import MAX_LINK_PAYLOAD_BYTES
+from hostring.retry_after import parse_retry_after
 from hostring.ring import Member, Ring
 from hostring.scrapy import (
     Addon,
@@ -38,7 +39,7 @@ from hostring.scrapy import (
 )
 from hostring.scrapy.codec import TRANSIENT_META, decode, encode
 from hostring.scrapy.config import check_crawler_settings
-from hostring.scrapy.outcome import ROBOTS_MAX_BYTES, error_class, error_outcome, response_outcome, retry_after_s
+from hostring.scrapy.outcome import ROBOTS_MAX_BYTES, error_class, error_outcome, response_outcome
 from hostring.scrapy.session import StaticRing
 
 REPO = Path(__file__).resolve().parent.parent
@@ -172,10 +173,10 @@ def test_a_payload_this_spider_cannot_rebuild_is_a_bad_payload(payload: bytes, n
 
 def test_retry_after_reads_seconds_and_dates() -> None:
     now = 1_700_000_000.0
-    assert retry_after_s(None) == -1.0 and retry_after_s(b"") == -1.0 and retry_after_s(b"soon") == -1.0
-    assert retry_after_s(b" 120 ") == 120.0
-    assert retry_after_s(email.utils.formatdate(now + 30, usegmt=True).encode(), now=now) == pytest.approx(30.0)
-    assert retry_after_s(email.utils.formatdate(now - 30, usegmt=True).encode(), now=now) == 0.0
+    assert parse_retry_after(None) == -1.0 and parse_retry_after(b"") == -1.0 and parse_retry_after(b"soon") == -1.0
+    assert parse_retry_after(b" 120 ") == 120.0
+    assert parse_retry_after(email.utils.formatdate(now + 30, usegmt=True).encode(), now=now) == pytest.approx(30.0)
+    assert parse_retry_after(email.utils.formatdate(now - 30, usegmt=True).encode(), now=now) == 0.0
 
 
 @pytest.mark.parametrize(

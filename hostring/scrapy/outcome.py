@@ -7,10 +7,6 @@ timeout or a refused connection is retried with backoff and anything unknown fai
 
 from __future__ import annotations
 
-import email.utils
-import time
-from datetime import UTC
-
 from OpenSSL import SSL
 from scrapy.exceptions import (
     CannotResolveHostError,
@@ -27,6 +23,7 @@ from twisted.internet import error as twisted_error
 from w3lib.url import safe_url_string
 
 from hostring.fingerprint import body_digest, simhash64
+from hostring.retry_after import parse_retry_after
 from hostring.v1 import frontier_pb2 as pb
 
 ROBOTS_MAX_BYTES = 500 * 1024
@@ -58,22 +55,6 @@ def error_class(exc: BaseException) -> str:
     return "client_error"
 
 
-def retry_after_s(value: bytes | None, now: float | None = None) -> float:
-    """Retry-After as seconds from now (delta-seconds or an HTTP-date); -1 when absent or unreadable."""
-    if not value:
-        return -1.0
-    text = value.decode("latin-1").strip()
-    if text.isdigit():
-        return float(text)
-    try:
-        when = email.utils.parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError):
-        return -1.0
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, when.timestamp() - (time.time() if now is None else now))
-
-
 def _header(response: Response, name: bytes) -> str:
     value = response.headers.get(name)
     return value.decode("latin-1") if value else ""
@@ -85,7 +66,7 @@ def response_outcome(response: Response, elapsed_s: float, *, robots: bool, simh
     body = response.body
     outcome = pb.Outcome(
         status=status,
-        retry_after_s=retry_after_s(response.headers.get(b"Retry-After")),
+        retry_after_s=parse_retry_after(response.headers.get(b"Retry-After")),
         content_type=_header(response, b"Content-Type"),
         bytes=len(body),
         response_s=max(0.0, elapsed_s),
