@@ -30,7 +30,7 @@ from fetch_worker.metrics import WorkerMetrics
 from fetch_worker.warc import WarcWriter, payload_digest, warc_date
 from hostring.client import CompletionBatcher, NodeClients, NodeStoreLost, Router, store_lost_reason
 from hostring.fingerprint import body_digest, simhash64
-from hostring.urls import reference_key
+from hostring.urls import reference_key, reference_keys
 from hostring.v1 import frontier_pb2 as pb
 from hostring.v1 import frontier_pb2_grpc as pb_grpc
 
@@ -43,6 +43,9 @@ once the node said they are to be followed."""
 ROUTE_BATCH = 2048
 _SIMHASH_TEXT = 64 * 1024
 _SENT_LIMIT = 1 << 17
+_ARCHIVE_ON_LOOP_BYTES = 256 * 1024
+"""A body up to this size is archived on the event loop (compressing it takes well under a millisecond, less than
+handing it to a thread costs); a bigger one on a thread, so fetches in flight are not held."""
 
 
 @dataclass
@@ -299,7 +302,10 @@ class Worker:
                 outcome = self._outcome(result)
                 links = self._links(item, result, outcome)
             if self.warc is not None and result.status:
-                outcome.evidence = await asyncio.to_thread(self._archive, result, item)
+                if len(result.body) <= _ARCHIVE_ON_LOOP_BYTES:
+                    outcome.evidence = self._archive(result, item)
+                else:
+                    outcome.evidence = await asyncio.to_thread(self._archive, result, item)
             self.stats.bytes += result.decoded_bytes
             if self.metrics is not None:
                 self.metrics.observe(result)
@@ -361,11 +367,12 @@ class Worker:
             content_type=r.content_type,
         )
         outcome.nofollow, outcome.noindex = extracted.nofollow, extracted.noindex
-        depth, base, sent = item.depth + 1, extracted.base_url, self._sent
+        depth, base, sent, source = item.depth + 1, extracted.base_url, self._sent, item.fetch_key
+        hrefs = extracted.links
         return [
-            pb.Link(observed=href, base_url=base, source_key=item.fetch_key, depth=depth)
-            for href in extracted.links
-            if reference_key(href, base) not in sent
+            pb.Link(observed=href, base_url=base, source_key=source, depth=depth)
+            for href, key in zip(hrefs, reference_keys(hrefs, base), strict=True)
+            if key not in sent
         ]
 
     def _remember(self, links: list[pb.Link]) -> None:
