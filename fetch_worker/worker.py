@@ -43,6 +43,7 @@ once the node said they are to be followed."""
 ROUTE_BATCH = 2048
 _SIMHASH_TEXT = 64 * 1024
 _SENT_LIMIT = 1 << 17
+_IDLE_S = 0.05  # a node that answered empty without waiting (or drained) is asked again after this
 _ARCHIVE_ON_LOOP_BYTES = 256 * 1024
 """A body up to this size is archived on the event loop (compressing it takes well under a millisecond, less than
 handing it to a thread costs); a bigger one on a thread, so fetches in flight are not held."""
@@ -133,6 +134,7 @@ class Worker:
         loop = asyncio.get_running_loop()
         pumps: dict[str, asyncio.Task[int]] = {}  # the Lease waiting on each node
         quiet: dict[str, float] = {}  # a drained node is asked again after this (loop time), or once a fetch ended
+        rest: dict[str, float] = {}  # a node that answered empty without waiting is asked again after this
         drained_at: dict[str, int] = {}  # fetches ended when the node's Lease that found it drained was sent
         stopped = asyncio.ensure_future(stop.wait())
         try:
@@ -140,7 +142,7 @@ class Worker:
                 nodes = list(self.router.nodes())
                 now = loop.time()
                 for address in nodes:
-                    if address in pumps or backoff.ready_in(address) > 0:
+                    if address in pumps or backoff.ready_in(address) > 0 or rest.get(address, 0.0) > now:
                         continue
                     if quiet.get(address, 0.0) > now and drained_at.get(address) == self._ended:
                         continue
@@ -160,7 +162,7 @@ class Worker:
                 timeout = 0.5
                 for a in nodes:
                     if a not in pumps:
-                        due = max(backoff.ready_in(a), quiet.get(a, 0.0) - now)
+                        due = max(backoff.ready_in(a), quiet.get(a, 0.0) - now, rest.get(a, 0.0) - now)
                         timeout = min(timeout, max(0.01, due))
                 await asyncio.wait(
                     {stopped, *pumps.values(), *tasks}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
@@ -169,7 +171,9 @@ class Worker:
                     if pump.done():
                         del pumps[address]
                         if address in drained_at:
-                            quiet[address] = loop.time() + 0.05
+                            quiet[address] = loop.time() + _IDLE_S
+                        elif not pump.cancelled() and pump.exception() is None and pump.result() < 0:
+                            rest[address] = loop.time() + _IDLE_S
         finally:
             self._open = False
             stopped.cancel()
@@ -184,8 +188,8 @@ class Worker:
     async def _pump(self, address: str, n: int, drained_at: dict[str, int]) -> int:
         """One long-poll Lease on `address` for up to `n` items (parked on the node until one is ready, so a host's
         next URL arrives the moment its politeness allows); fetches what it gets. `drained_at[address]` is set when
-        the node answered drained."""
-        ended = self._ended
+        the node answered drained. How many items came, or -1 for an empty answer that did not wait."""
+        ended, t0 = self._ended, time.monotonic()
         self._asked += n
         try:
             items = await self._lease(address, n, wait=True)
@@ -194,6 +198,8 @@ class Worker:
         self._spawn(address, items)
         if not items and address in self.drained_nodes:
             drained_at[address] = ended
+        if not items and time.monotonic() - t0 < _IDLE_S:
+            return -1  # answered empty without waiting (a node that stops, or has too many waiting): rest a little
         return len(items)
 
     def _spawn(self, address: str, items: Sequence[pb.LeaseItem]) -> None:

@@ -327,9 +327,11 @@ class CompletionBatcher:
                 request.worker_id, request.lease_max_items = self.clients.worker_id, asked
         try:
             resp = await self.clients.stub(address).CompleteBatch(request, timeout=30)
-        except grpc.aio.AioRpcError as e:
+        except BaseException as e:
             if asked and self.leased is not None:
                 self.leased(address, (), asked)
+            if not isinstance(e, grpc.aio.AioRpcError):
+                raise
             for _, future in batch:
                 if not future.done():
                     future.set_exception(e)
