@@ -295,7 +295,7 @@ def run_crawl(
                 if st is not None:
                     worker_cpu = st[1]
                 if node_pid is None:
-                    kids = _children(proc.pid)
+                    kids = [k for k in _children(proc.pid) if _is_node(k)]
                     if kids:
                         node_pid = kids[0]
                         if profile is not None:
@@ -323,6 +323,14 @@ def run_crawl(
     return CrawlRun(
         proc.returncode, wall, cpu, worker_cpu, node_cpu, at_first or 0.0, node_pid, stdout_path.read_text()
     )
+
+
+def _is_node(pid: int) -> bool:
+    """Whether `pid` runs `hostring node` (the crawl's other children, such as a short `uname`, are not counted)."""
+    try:
+        return b"\0node\0" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
 
 
 def _spy(pid: int, out: Path) -> subprocess.Popen[bytes]:
