@@ -1,6 +1,6 @@
 """End-to-end crawl bench: `hostring crawl` as a subprocess against a local web served by its own process.
 
-Three runs, each judged from the web server's request log (never from hostring's own account):
+Four runs, each judged from the web server's request log (never from hostring's own account):
 
 1. throughput: a generated web of many origins (200; --quick 20), `--delay 0`, every root a seed. Pages/s from
    the first to the last request the server saw, CPU milliseconds per page of all hostring processes (the crawl
@@ -8,7 +8,13 @@ Three runs, each judged from the web server's request log (never from hostring's
 2. politeness: a few origins whose every page repeats the same ~30 navigation links, `--delay 0.2`, one request
    in flight per origin. Makespan (first request to last response) against the politeness bound (per origin:
    requests x (median response time + delay); the largest), and CPU ms per page.
-3. profile (not with --quick): a larger navigation-heavy web at `--delay 0` with py-spy sampling the node and the
+3. turnaround (issue 10's workload): six origins, ~2,100 pages of ~136 links each (mostly repeated navigation
+   links), `--delay 0`, one request in flight per origin. Makespan against the politeness bound, and CPU ms per
+   page of all hostring processes: how long a host's next URL waits once its page completed, and what a
+   link-heavy page costs. Run with the default --response-factor 1 (the node also rests a host for its recent
+   response time, so the makespan cannot come below 2x the bound) and with 0 (only --delay, the bound's own
+   terms). --quick: three small origins, factor 1 only.
+4. profile (not with --quick): the same web as 3 with py-spy sampling the node and the
    worker (the crawl process), to show where the time goes when every page repeats the same links.
 
 The web runs in its own process (`python -m bench.crawl --serve ...`): served in-process next to the bench the
@@ -103,6 +109,8 @@ class NavWebSpec:
     pages_per_origin: int = 40
     nav: int = 30
     content: int = 3
+    service_s: float = 0.0
+    """Server think time before each response (the issue's held-out web: ~15 ms median service time)."""
 
     def model(self) -> WebModel:
         rng = random.Random(self.seed)
@@ -132,6 +140,11 @@ def serve_main(spec_json: str, log: Path) -> int:
     spec = _spec_from(json.loads(spec_json))
     model = spec.model()
     sites = render_model(model, spec.seed)
+    service_s = getattr(spec, "service_s", 0.0)
+    if service_s > 0:
+        for site in sites.values():
+            for page in site.pages.values():
+                page.delay_s = service_s
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -228,6 +241,7 @@ def run_crawl(
     timeout: float,
     max_depth: int = 50,
     profile: Path | None = None,
+    extra: Sequence[str] = (),
 ) -> CrawlRun:
     """`hostring crawl` over every origin of `web` (all roots seeds, scope = their hosts), timed and CPU-counted."""
     out = tmp / f"{name}-out"
@@ -260,6 +274,7 @@ def run_crawl(
         "100000",
         "--user-agent",
         UA,
+        *extra,
     ]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
@@ -280,7 +295,7 @@ def run_crawl(
                 if st is not None:
                     worker_cpu = st[1]
                 if node_pid is None:
-                    kids = _children(proc.pid)
+                    kids = [k for k in _children(proc.pid) if _is_node(k)]
                     if kids:
                         node_pid = kids[0]
                         if profile is not None:
@@ -308,6 +323,14 @@ def run_crawl(
     return CrawlRun(
         proc.returncode, wall, cpu, worker_cpu, node_cpu, at_first or 0.0, node_pid, stdout_path.read_text()
     )
+
+
+def _is_node(pid: int) -> bool:
+    """Whether `pid` runs `hostring node` (the crawl's other children, such as a short `uname`, are not counted)."""
+    try:
+        return b"\0node\0" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
 
 
 def _spy(pid: int, out: Path) -> subprocess.Popen[bytes]:
@@ -408,6 +431,8 @@ class Workload:
     throughput: RandomWebSpec
     polite: NavWebSpec
     polite_delay: float
+    turnaround: NavWebSpec
+    turnaround_factors: tuple[float, ...]
     profile: NavWebSpec | None
     timeout_s: float
 
@@ -417,6 +442,9 @@ FULL = Workload(
     polite=NavWebSpec(origins=6, pages_per_origin=40, nav=30, content=3),
     polite_delay=0.2,
     # the issue's target shape: ~2,100 pages over six origins, ~136 links a page
+    # service time: the issue's bound of ~5.2 s over ~350 requests an origin is ~15 ms a response
+    turnaround=NavWebSpec(origins=6, pages_per_origin=350, nav=130, content=6, service_s=0.015),
+    turnaround_factors=(1.0, 0.0),
     profile=NavWebSpec(origins=6, pages_per_origin=350, nav=130, content=6),
     timeout_s=600,
 )
@@ -424,6 +452,8 @@ QUICK = Workload(
     throughput=RandomWebSpec(origins=20),
     polite=NavWebSpec(origins=3, pages_per_origin=15, nav=10, content=2),
     polite_delay=0.2,
+    turnaround=NavWebSpec(origins=3, pages_per_origin=30, nav=20, content=3, service_s=0.005),
+    turnaround_factors=(1.0,),
     profile=None,
     timeout_s=90,
 )
@@ -434,6 +464,7 @@ def run(w: Workload, keep: Path | None = None) -> dict[str, Any]:
     figures["workload"] = {
         "throughput": {**asdict(w.throughput), "delay_s": 0.0, "concurrency_per_origin": 1, "fetchers": 64},
         "politeness": {**asdict(w.polite), "delay_s": w.polite_delay, "concurrency_per_origin": 1},
+        "turnaround": {**asdict(w.turnaround), "delay_s": 0.0, "concurrency_per_origin": 1},
         "profile": ({**asdict(w.profile), "delay_s": 0.0} if w.profile else None),
         "crawl": "python -m hostring_cli crawl (node child on SQLite + in-process worker), all roots as seeds, "
         "--scope FILE of every origin host, --allow-network 127.0.0.0/8, --no-progress",
@@ -465,7 +496,10 @@ def run(w: Workload, keep: Path | None = None) -> dict[str, Any]:
         polite.update(politeness(hits, w.polite_delay))
         figures["politeness"] = polite
 
-        # 3. profile
+        # 3. turnaround: the issue's workload at --delay 0
+        figures["turnaround"] = [run_turnaround(w.turnaround, tmp, w.timeout_s, f) for f in w.turnaround_factors]
+
+        # 4. profile
         if w.profile is not None:
             have_spy = shutil.which("py-spy") is not None
             base = tmp / "profile"
@@ -491,7 +525,63 @@ def run(w: Workload, keep: Path | None = None) -> dict[str, Any]:
     figures["politeness_bound_s"] = figures["politeness"]["politeness_bound_s"]
     figures["makespan_over_bound"] = figures["politeness"]["makespan_over_bound"]
     figures["politeness_cpu_ms_per_page"] = figures["politeness"]["cpu_ms_per_page"]
+    figures["turnaround_makespan_over_bound"] = figures["turnaround"][0]["makespan_over_bound"]
+    figures["turnaround_cpu_ms_per_page"] = figures["turnaround"][0]["cpu_ms_per_page"]
     return figures
+
+
+def run_turnaround(spec: NavWebSpec, tmp: Path, timeout: float, response_factor: float = 1.0) -> dict[str, Any]:
+    """Run 3: the issue's link-heavy web at --delay 0, one request in flight per origin; makespan against the bound.
+
+    With the default --response-factor 1 the node also rests each host for its recent response time, so the
+    makespan cannot come below twice the bound; `resting_bound_s` adds that rest (n x (1 + factor) x median)."""
+    name = f"turnaround-f{response_factor:g}"
+    with WebProcess(spec, tmp / f"{name}-web.jsonl") as web:
+        r = run_crawl(web, tmp, name, delay=0.0, timeout=timeout, extra=["--response-factor", str(response_factor)])
+        time.sleep(0.2)
+        hits = web.hits()
+    if r.returncode != 0:
+        err = (tmp / f"{name}.stderr").read_text()[-2000:]
+        raise RuntimeError(f"turnaround crawl exited {r.returncode}: {err}")
+    turn = crawl_figures(r, hits, oracle_for(spec.model()))
+    turn.update(politeness(hits, 0.0))
+    turn["response_factor"] = response_factor
+    resting = max(o["requests"] * (1 + response_factor) * o["median_response_s"] for o in turn["per_origin"].values())
+    turn["resting_bound_s"] = round(resting, 3)
+    turn["makespan_over_resting_bound"] = round(turn["makespan_s"] / resting, 3)
+    return turn
+
+
+def turnaround_lines(runs: list[dict[str, Any]], tw: dict[str, Any]) -> list[str]:
+    lines = [
+        f"3. turnaround (issue 10): {tw['origins']} origins x {tw['pages_per_origin']} pages, every page repeating "
+        f"the same {tw['nav']} nav links + {tw['content']} content links, server think time "
+        f"{tw['service_s'] * 1000:.0f} ms a response, --delay 0, 1 request in flight per origin"
+    ]
+    for tr in runs:
+        lines += _turnaround_run(tr)
+    return lines
+
+
+def _turnaround_run(tr: dict[str, Any]) -> list[str]:
+    return [
+        f" --response-factor {tr['response_factor']:g}:",
+        f"   makespan {tr['makespan_s']:.2f} s, politeness bound {tr['politeness_bound_s']:.2f} s: "
+        f"makespan/bound {tr['makespan_over_bound']:.2f} (issue target: <= 2x); with the node's rest of "
+        f"{tr['response_factor']:g} x the response time, bound {tr['resting_bound_s']:.2f} s: "
+        f"{tr['makespan_over_resting_bound']:.2f}",
+        f"   CPU {tr['cpu_ms_per_page']:.2f} ms/page by rusage incl. startup and report over {tr['pages']} pages "
+        f"(polled: worker {tr['cpu_s_polled']['worker']:.1f} s + node {tr['cpu_s_polled']['node']:.1f} s = "
+        f"{tr['cpu_ms_per_page_polled']:.2f} ms/page; after the first request "
+        f"{tr['cpu_ms_per_page_after_startup']:.2f} ms/page; issue target <= 6 ms)",
+        "   coverage vs oracle: " + _cov(tr["coverage"]),
+        "   per origin: "
+        + "; ".join(
+            f"{lb} {o['requests']} req, median {o['median_response_s'] * 1000:.1f} ms, span {o['span_s']:.2f} s, "
+            f"median gap {o['median_gap_s']}"
+            for lb, o in list(tr["per_origin"].items())[:6]
+        ),
+    ]
 
 
 def table(f: dict[str, Any]) -> str:
@@ -535,12 +625,13 @@ def table(f: dict[str, Any]) -> str:
             for lb, o in list(p["per_origin"].items())[:6]
         ),
     ]
+    lines += ["", *turnaround_lines(f["turnaround"], w["turnaround"])]
     prof = f.get("profile")
     if prof:
         pw = w["profile"]
         lines += [
             "",
-            f"3. profile: {pw['origins']} origins x {pw['pages_per_origin']} pages, every page repeating the same "
+            f"4. profile: {pw['origins']} origins x {pw['pages_per_origin']} pages, every page repeating the same "
             f"{pw['nav']} nav links + {pw['content']} content links, --delay 0 (under py-spy)",
             f"   {prof['pages']:,} pages in {prof['server_window_s']:.2f} s: {prof['pages_per_s']:,.0f} pages/s, "
             f"{prof['cpu_ms_per_page']:.2f} ms CPU/page (polled: worker {prof['cpu_s_polled']['worker']:.1f} s, "
@@ -567,6 +658,24 @@ def _cov(c: dict[str, Any]) -> str:
     return s
 
 
+def _turnaround_only(w: Workload, keep: Path | None, *, as_json: bool) -> int:
+    m = machine()
+    tmpdir = tempfile.mkdtemp(prefix="hostring-bench-crawl-", dir=keep)
+    try:
+        tr = [run_turnaround(w.turnaround, Path(tmpdir), w.timeout_s, f) for f in w.turnaround_factors]
+    finally:
+        if keep is None:
+            shutil.rmtree(tmpdir, ignore_errors=True)
+    tw = {**asdict(w.turnaround), "delay_s": 0.0, "concurrency_per_origin": 1}
+    if as_json:
+        print(json.dumps({"machine": m, "workload": tw, "turnaround": tr}, indent=2, default=str))
+    else:
+        print(f"machine: {m['cores']} cores, {m['cpu_model']}, {m['python_implementation']} {m['python']}; "
+              f"load average {', '.join(f'{x:.2f}' for x in m['loadavg_start'])} before")  # fmt: skip
+        print("\n".join(turnaround_lines(tr, tw)))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.crawl", description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a report")
@@ -578,6 +687,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         metavar="DIR",
         help="keep logs, stores and profiles in a new directory under DIR",
+    )
+    parser.add_argument(
+        "--turnaround-only", action="store_true", help="only run 3 (the issue's link-heavy web at --delay 0)"
     )
     parser.add_argument("--origins", type=int, default=None, help="origins of the throughput web")
     parser.add_argument("--serve", default=None, help=argparse.SUPPRESS)
@@ -592,6 +704,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         w = Workload(**{**w.__dict__, "throughput": RandomWebSpec(origins=args.origins)})
     if args.keep:
         args.keep.mkdir(parents=True, exist_ok=True)
+    if args.turnaround_only:
+        return _turnaround_only(w, args.keep, as_json=args.json)
     figures = run(w, args.keep)
     print(json.dumps(figures, indent=2, default=str) if args.json else table(figures))
     return 0

@@ -30,7 +30,7 @@ from fetch_worker.metrics import WorkerMetrics
 from fetch_worker.warc import WarcWriter, payload_digest, warc_date
 from hostring.client import CompletionBatcher, NodeClients, NodeStoreLost, Router, store_lost_reason
 from hostring.fingerprint import body_digest, simhash64
-from hostring.urls import reference_key
+from hostring.urls import reference_key, reference_keys
 from hostring.v1 import frontier_pb2 as pb
 from hostring.v1 import frontier_pb2_grpc as pb_grpc
 
@@ -43,6 +43,10 @@ once the node said they are to be followed."""
 ROUTE_BATCH = 2048
 _SIMHASH_TEXT = 64 * 1024
 _SENT_LIMIT = 1 << 17
+_IDLE_S = 0.05  # a node that answered empty without waiting (or drained) is asked again after this
+_ARCHIVE_ON_LOOP_BYTES = 256 * 1024
+"""A body up to this size is archived on the event loop (compressing it takes well under a millisecond, less than
+handing it to a thread costs); a bigger one on a thread, so fetches in flight are not held."""
 
 
 @dataclass
@@ -83,7 +87,13 @@ class Worker:
         self.stats = WorkerStats()
         self.metrics = metrics
         self.clients = NodeClients(router, worker_id=self.worker_id, channel_options=channel_options)
-        self._batcher = CompletionBatcher(self.clients)
+        self._batcher = CompletionBatcher(self.clients, want=self._want, leased=self._take_leased)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._asked = 0  # leases asked for (parked Leases, completions) and not answered yet
+        self._ended = 0  # fetches ended (a node's drained answer holds only if none ended since it was asked)
+        self._open = False  # run() takes new items (completions ask for leases only then)
+        self._stop = asyncio.Event()
+        self._handback: set[asyncio.Future[None]] = set()
         self._sent: set[object] = set()
         self._written: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self.drained_nodes: set[str] = set()
@@ -117,45 +127,117 @@ class Worker:
         that lost its store ends the run: NodeStoreLost is raised after the in-flight fetches settled (the crawl
         can no longer drain).
         """
-        tasks: set[asyncio.Task[None]] = set()
+        tasks = self._tasks
         self._until_drained = until_drained
+        self._stop, self._open = stop, True
         backoff = self.clients.backoff
+        loop = asyncio.get_running_loop()
+        pumps: dict[str, asyncio.Task[int]] = {}  # the Lease waiting on each node
+        quiet: dict[str, float] = {}  # a drained node is asked again after this (loop time), or once a fetch ended
+        rest: dict[str, float] = {}  # a node that answered empty without waiting is asked again after this
+        drained_at: dict[str, int] = {}  # fetches ended when the node's Lease that found it drained was sent
+        stopped = asyncio.ensure_future(stop.wait())
         try:
             while not stop.is_set() and self.fatal is None:
-                if len(tasks) >= self.max_in_flight:
-                    await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-                    continue
-                got = 0
                 nodes = list(self.router.nodes())
-                resting = [a for a in nodes if backoff.ready_in(a) > 0]
+                now = loop.time()
                 for address in nodes:
-                    free = self.max_in_flight - len(tasks)
+                    if address in pumps or backoff.ready_in(address) > 0 or rest.get(address, 0.0) > now:
+                        continue
+                    if quiet.get(address, 0.0) > now and drained_at.get(address) == self._ended:
+                        continue
+                    free = self.max_in_flight - len(tasks) - self._asked
                     if free <= 0 or self.fatal is not None:
                         break
-                    if address in resting:
-                        continue
-                    items = await self._lease(address, min(free, self.lease_batch), wait=not tasks)
-                    for item in items:
-                        task = asyncio.create_task(self._process(address, item))
-                        tasks.add(task)
-                        task.add_done_callback(tasks.discard)
-                    got += len(items)
-                if until_drained and not tasks and got == 0 and self.drained_nodes >= set(self.router.nodes()):
+                    drained_at.pop(address, None)
+                    pumps[address] = asyncio.create_task(self._pump(address, min(free, self.lease_batch), drained_at))
+                if (
+                    until_drained
+                    and not tasks
+                    and not pumps
+                    and nodes
+                    and all(drained_at.get(a) == self._ended for a in nodes)
+                ):
                     return
-                if got == 0 and tasks:
-                    await asyncio.wait(tasks, timeout=0.05, return_when=asyncio.FIRST_COMPLETED)
-                elif got == 0 and nodes and len(resting) == len(nodes):
-                    # Every node is resting after failures: wait for the first to be due (or for stop).
-                    wait = min(backoff.ready_in(a) for a in nodes)
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(stop.wait(), max(0.05, wait))
-                elif not nodes:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(stop.wait(), 0.5)
+                timeout = 0.5
+                for a in nodes:
+                    if a not in pumps:
+                        due = max(backoff.ready_in(a), quiet.get(a, 0.0) - now, rest.get(a, 0.0) - now)
+                        timeout = min(timeout, max(0.01, due))
+                await asyncio.wait(
+                    {stopped, *pumps.values(), *tasks}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+                )
+                for address, pump in list(pumps.items()):
+                    if pump.done():
+                        del pumps[address]
+                        if address in drained_at:
+                            quiet[address] = loop.time() + _IDLE_S
+                        elif not pump.cancelled() and pump.exception() is None and pump.result() < 0:
+                            rest[address] = loop.time() + _IDLE_S
         finally:
+            self._open = False
+            stopped.cancel()
+            if pumps:
+                await asyncio.wait(pumps.values(), timeout=1.0)
+                for pump in pumps.values():
+                    pump.cancel()
             await self._settle(tasks, grace_s, force)
         if self.fatal is not None:
             raise self.fatal
+
+    async def _pump(self, address: str, n: int, drained_at: dict[str, int]) -> int:
+        """One long-poll Lease on `address` for up to `n` items (parked on the node until one is ready, so a host's
+        next URL arrives the moment its politeness allows); fetches what it gets. `drained_at[address]` is set when
+        the node answered drained. How many items came, or -1 for an empty answer that did not wait."""
+        ended, t0 = self._ended, time.monotonic()
+        self._asked += n
+        try:
+            items = await self._lease(address, n, wait=True)
+        finally:
+            self._asked -= n
+        self._spawn(address, items)
+        if not items and address in self.drained_nodes:
+            drained_at[address] = ended
+        if not items and time.monotonic() - t0 < _IDLE_S:
+            return -1  # answered empty without waiting (a node that stops, or has too many waiting): rest a little
+        return len(items)
+
+    def _spawn(self, address: str, items: Sequence[pb.LeaseItem]) -> None:
+        tasks = self._tasks
+        for item in items:
+            task = asyncio.create_task(self._process(address, item))
+            tasks.add(task)
+            task.add_done_callback(self._task_ended)
+
+    def _task_ended(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self._ended += 1
+
+    def _want(self, address: str, completing: int) -> int:
+        """Leases to ask for with a batch of `completing` completions: the slots they free and the free ones, up
+        to a lease batch (none once the run stops taking items)."""
+        if not self._open or self._stop.is_set() or self.fatal is not None:
+            return 0
+        busy = len(self._tasks) - completing + self._asked
+        n = max(0, min(self.max_in_flight - busy, self.lease_batch))
+        self._asked += n
+        return n
+
+    def _take_leased(self, address: str, items: Sequence[pb.LeaseItem], asked: int) -> None:
+        """Items a node leased along with a completion batch: fetched like leased ones; handed back at once when
+        the run no longer takes items."""
+        self._asked -= asked
+        if not items:
+            return
+        self.clients.backoff.succeeded(address)
+        if self._open:
+            self._spawn(address, items)
+            return
+        back = pb.Outcome(error_class="worker_shutdown", retry_after_s=-1)
+        for item in items:
+            task = asyncio.ensure_future(self._complete(address, item, back, [], item.deadline_ms / 1000.0))
+            self._handback.add(task)
+            task.add_done_callback(self._handback.discard)
 
     async def _settle(self, tasks: set[asyncio.Task[None]], grace_s: float, force: asyncio.Event | None) -> None:
         """On shutdown: let in-flight fetches finish within the grace period (or until `force`); hand the rest back."""
@@ -226,7 +308,10 @@ class Worker:
                 outcome = self._outcome(result)
                 links = self._links(item, result, outcome)
             if self.warc is not None and result.status:
-                outcome.evidence = await asyncio.to_thread(self._archive, result, item)
+                if len(result.body) <= _ARCHIVE_ON_LOOP_BYTES:
+                    outcome.evidence = self._archive(result, item)
+                else:
+                    outcome.evidence = await asyncio.to_thread(self._archive, result, item)
             self.stats.bytes += result.decoded_bytes
             if self.metrics is not None:
                 self.metrics.observe(result)
@@ -288,11 +373,12 @@ class Worker:
             content_type=r.content_type,
         )
         outcome.nofollow, outcome.noindex = extracted.nofollow, extracted.noindex
-        depth, base, sent = item.depth + 1, extracted.base_url, self._sent
+        depth, base, sent, source = item.depth + 1, extracted.base_url, self._sent, item.fetch_key
+        hrefs = extracted.links
         return [
-            pb.Link(observed=href, base_url=base, source_key=item.fetch_key, depth=depth)
-            for href in extracted.links
-            if reference_key(href, base) not in sent
+            pb.Link(observed=href, base_url=base, source_key=source, depth=depth)
+            for href, key in zip(hrefs, reference_keys(hrefs, base), strict=True)
+            if key not in sent
         ]
 
     def _remember(self, links: list[pb.Link]) -> None:

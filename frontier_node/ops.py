@@ -157,12 +157,17 @@ class Complete(Op[list[Settled]]):
 
     Links whose domain another node owns go to the outbox in the same commit when there is one (the reply then
     carries none), else back in `forward`. A lease whose domain this node does not own answers wrong_owner.
+    With `lease` (worker id, how many), the last slice then leases up to that many items for the worker in the
+    same commit (zero-wait turnaround: a host a completion released goes out at once when its politeness
+    allows); they are in `leased` once the op finished (none in a domain a newer owner fenced).
     """
 
-    def __init__(self, completions: Sequence[Any], outbox: Outbox | None) -> None:
+    def __init__(self, completions: Sequence[Any], outbox: Outbox | None, lease: tuple[str, int] | None = None) -> None:
         super().__init__()
         self.completions = completions
         self.outbox = outbox
+        self.lease = lease
+        self.leased: list[Item] = []
         self.settled: list[tuple[Settled, str]] = []  # (answer, the lease's domain), in request order
         self._slice_from = 0  # the first completion of the slice the current commit holds
 
@@ -174,7 +179,11 @@ class Complete(Op[list[Settled]]):
             request = self.completions[len(self.settled)]
             budget -= 1 + len(request.links)
             self.settled.append(self._one(core, request))
-        return Step.DONE if len(self.settled) >= len(self.completions) else Step.MORE
+        if len(self.settled) < len(self.completions):
+            return Step.MORE
+        if self.lease is not None and self.lease[1] > 0:
+            self.leased = core.lease(self.lease[0], self.lease[1])
+        return Step.DONE
 
     def _one(self, core: Frontier, request: Any) -> tuple[Settled, str]:
         domain = core.leased_domain(request.lease_id)
@@ -211,4 +220,6 @@ class Complete(Op[list[Settled]]):
         return more
 
     def finish(self, core: Frontier) -> list[Settled]:
+        if self.fenced and self.leased:
+            self.leased = [it for it in self.leased if it.domain not in self.fenced]
         return [answer for answer, _ in self.settled]

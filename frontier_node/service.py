@@ -202,15 +202,20 @@ class FrontierService:
             await _abort(context, e.code, e.reason)
         await self._reply_room(request, len(request.completions), context)
         good = [c for i, c in enumerate(request.completions) if i not in refused]
-        done: list[Settled] = await self._run(Complete(good, self.outbox), context)
+        want = (request.worker_id, request.lease_max_items) if request.lease_max_items else None
+        op = Complete(good, self.outbox, want)
+        done: list[Settled] = await self._run(op, context)
         settled = iter(done)
         answers = [
             Settled(reason=f"{refused[i].code.name.lower()}: {refused[i].reason}") if i in refused else next(settled)
             for i in range(len(request.completions))
         ]
         if sum(len(s.forward) for s in answers) > _BUILD_ON_LOOP:
-            return await asyncio.to_thread(_batch_response, answers)
-        return _batch_response(answers)
+            resp = await asyncio.to_thread(_batch_response, answers)
+        else:
+            resp = _batch_response(answers)
+        resp.leases.extend(_lease_item(item) for item in op.leased)
+        return resp
 
     # ------------------------------------------------------------------ inspection
 

@@ -132,6 +132,8 @@ RULES: Final[Mapping[str, Mapping[str, Rule]]] = {
     },
     "CompleteBatchRequest": {
         "completions": Rule(cap=MAX_COMPLETIONS_PER_BATCH),
+        "worker_id": Rule(cap=MAX_ID_CHARS, printable=True),
+        "lease_max_items": Rule(hi=MAX_LEASE_ITEMS),
     },
     "GetHostRequest": {"host": Rule(cap=MAX_HOST_CHARS)},
     "ListHostsRequest": {"limit": Rule(hi=MAX_LIST_HOSTS)},
@@ -214,6 +216,7 @@ def check_batch(request: pb.CompleteBatchRequest) -> dict[int, Refused]:
             "CompleteBatchRequest.completions"
         )
     _batch_caps(request)
+    _batch_fields(request)
     plan = _PLANS.get("CompleteRequest")
     if plan is None:
         plan = _PLANS["CompleteRequest"] = _plan(pb.CompleteRequest.DESCRIPTOR)
@@ -226,6 +229,22 @@ def check_batch(request: pb.CompleteBatchRequest) -> dict[int, Refused]:
                 Refused(e.code, f"[{i}]", e.detail).within_entry(e.field).within("CompleteBatchRequest.completions")
             )
     return refused
+
+
+def _batch_fields(request: pb.CompleteBatchRequest) -> None:
+    """The batch's own fields (the leases it asks for): a broken one refuses the whole call."""
+    plan = _PLANS.get("CompleteBatchRequest/own")
+    if plan is None:
+        own = tuple(c for c in _plan(pb.CompleteBatchRequest.DESCRIPTOR) if c.name != "completions")
+        plan = _PLANS["CompleteBatchRequest/own"] = own
+    try:
+        _check(request, plan)
+    except Refused as e:
+        raise e.within("CompleteBatchRequest") from None
+    if request.lease_max_items and not request.worker_id:
+        raise Refused(
+            grpc.StatusCode.INVALID_ARGUMENT, "CompleteBatchRequest.worker_id", "required when lease_max_items > 0"
+        )
 
 
 def _batch_caps(request: pb.CompleteBatchRequest) -> None:

@@ -16,7 +16,13 @@ from typing import Protocol
 
 import grpc
 
-from hostring.limits import MAX_COMPLETIONS_PER_BATCH, MAX_LINKS_PER_COMPLETE, MAX_MESSAGE_BYTES, grpc_options
+from hostring.limits import (
+    MAX_COMPLETIONS_PER_BATCH,
+    MAX_LEASE_ITEMS,
+    MAX_LINKS_PER_COMPLETE,
+    MAX_MESSAGE_BYTES,
+    grpc_options,
+)
 from hostring.security import INSECURE, TlsConfig
 from hostring.urls import domain_of
 from hostring.v1 import frontier_pb2 as pb
@@ -271,8 +277,20 @@ class CompletionBatcher:
     beyond the node's caps (hostring.limits) goes as several calls.
     """
 
-    def __init__(self, clients: NodeClients) -> None:
+    def __init__(
+        self,
+        clients: NodeClients,
+        *,
+        want: Callable[[str, int], int] | None = None,
+        leased: Callable[[str, Sequence[pb.LeaseItem], int], None] | None = None,
+    ) -> None:
+        """`want(address, completing)`: how many new leases to ask the node for with a batch of `completing`
+        completions (0: none); `leased(address, items, asked)` then takes the ones it answered (none when the call
+        failed), before the completions' futures resolve (zero-wait turnaround: a released host's next URL
+        travels with the completion)."""
         self.clients = clients
+        self.want = want
+        self.leased = leased
         self._pending: dict[str, list[tuple[pb.CompleteRequest, asyncio.Future[pb.CompleteResponse]]]] = {}
         self._sends: set[asyncio.Task[None]] = set()
 
@@ -301,15 +319,25 @@ class CompletionBatcher:
     async def _send_part(
         self, address: str, batch: list[tuple[pb.CompleteRequest, asyncio.Future[pb.CompleteResponse]]]
     ) -> None:
+        request = pb.CompleteBatchRequest(completions=[r for r, _ in batch])
+        asked = 0
+        if self.want is not None and self.leased is not None:
+            asked = max(0, min(self.want(address, len(batch)), MAX_LEASE_ITEMS))
+            if asked:
+                request.worker_id, request.lease_max_items = self.clients.worker_id, asked
         try:
-            resp = await self.clients.stub(address).CompleteBatch(
-                pb.CompleteBatchRequest(completions=[r for r, _ in batch]), timeout=30
-            )
-        except grpc.aio.AioRpcError as e:
+            resp = await self.clients.stub(address).CompleteBatch(request, timeout=30)
+        except BaseException as e:
+            if asked and self.leased is not None:
+                self.leased(address, (), asked)
+            if not isinstance(e, grpc.aio.AioRpcError):
+                raise
             for _, future in batch:
                 if not future.done():
                     future.set_exception(e)
             return
+        if asked and self.leased is not None:
+            self.leased(address, resp.leases, asked)
         for (_, future), result in zip(batch, resp.results, strict=True):
             if not future.done():
                 future.set_result(result)

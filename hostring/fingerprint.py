@@ -22,6 +22,8 @@ __all__ = ["NEAR_DUPLICATE_DISTANCE", "body_digest", "hamming", "near_duplicate"
 NEAR_DUPLICATE_DISTANCE = 3
 
 _LANE = 8  # bytes per 64-bit hash
+_DIGESTS: dict[str, bytes] = {}
+_DIGESTS_MAX = 1 << 16  # distinct words kept (a few MB); the cache starts again empty when full
 # ASCII punctuation separates words; letters, digits and every non-ASCII character stay in them.
 _PUNCTUATION_TO_SPACE = str.maketrans(dict.fromkeys("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~", " "))
 
@@ -36,6 +38,20 @@ def _words(text: str) -> list[str]:
     return text.lower().translate(_PUNCTUATION_TO_SPACE).split()
 
 
+def _word_digests(words: list[str]) -> dict[str, bytes]:
+    """The SHA-256 of every word, from a bounded cache kept across pages: a site's pages share most of their words
+    (navigation, templates), so most of a page's digests were made for an earlier one."""
+    cache = _DIGESTS
+    missing = set(words).difference(cache)
+    if missing:
+        if len(cache) + len(missing) > _DIGESTS_MAX:
+            cache.clear()
+        sha256 = hashlib.sha256
+        for w in missing:
+            cache[w] = sha256(w.encode("utf-8", "surrogatepass")).digest()
+    return cache
+
+
 def _shingle_hashes(words: list[str]) -> tuple[int, int]:
     """The hashes of all word 3-shingles packed as 64-bit lanes of one integer, and their number.
 
@@ -46,7 +62,7 @@ def _shingle_hashes(words: list[str]) -> tuple[int, int]:
     """
     if len(words) < 3:
         words = words + [""] * (3 - len(words))  # a short text is one shingle, padded with empty words
-    digest = {w: hashlib.sha256(w.encode("utf-8", "surrogatepass")).digest() for w in set(words)}
+    digest = _word_digests(words)
     # 4 lanes of 8 bytes per word; the cast only sets the stride, the bytes are never reinterpreted.
     table = memoryview(b"".join(map(digest.__getitem__, words))).cast("Q")
     n = len(words) - 2

@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 import ipaddress
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Final, NamedTuple
@@ -34,6 +34,7 @@ __all__ = [
     "identify",
     "normalize",
     "reference_key",
+    "reference_keys",
     "remove_dot_segments",
     "resolve",
     "robots_url",
@@ -709,6 +710,24 @@ def reference_key(reference: str, base: str) -> str | tuple[str, str]:
     if reference.startswith("/") and not reference.startswith("//"):
         return (reference, base[: base.find("/", base.find("//") + 2)] if "//" in base else base)
     return (reference, base)
+
+
+def reference_keys(references: Iterable[str], base: str) -> list[str | tuple[str, str]]:
+    """reference_key of each reference against one base (a page's links): the base's origin is found once."""
+    origin = base[: base.find("/", base.find("//") + 2)] if "//" in base else base
+    out: list[str | tuple[str, str]] = []
+    add = out.append
+    for reference in references:
+        cut = reference.find("#")
+        if cut > 0:
+            reference = reference[:cut]
+        if reference.startswith(("http://", "https://")):
+            add(reference)
+        elif reference.startswith("/") and not reference.startswith("//"):
+            add((reference, origin))
+        else:
+            add((reference, base))
+    return out
 
 
 def robots_url(origin: str) -> str:

@@ -73,6 +73,13 @@ def _politeness_flags(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--concurrency", type=positive_int, default=1, metavar="N", help="requests in flight per host")
     g.add_argument(
+        "--response-factor",
+        type=non_negative_float,
+        default=1.0,
+        metavar="F",
+        help="a host also rests F x its recent response time between requests (0: only --delay and Crawl-delay)",
+    )
+    g.add_argument(
         "--user-agent",
         default=DEFAULT_USER_AGENT,
         metavar="UA",
@@ -124,7 +131,10 @@ def frontier_config(args: argparse.Namespace, scope: str = "all") -> FrontierCon
         raise UsageError(f"--user-agent {args.user_agent!r}: {e}") from e
     return FrontierConfig(
         politeness=PolitenessConfig(
-            min_delay_s=args.delay, concurrency=args.concurrency, retry_after_cap_s=args.max_retry_after
+            min_delay_s=args.delay,
+            concurrency=args.concurrency,
+            retry_after_cap_s=args.max_retry_after,
+            response_factor=args.response_factor,
         ),
         retry=RetryConfig(
             max_attempts=args.max_attempts, base_s=args.retry_base_s, robots_max_attempts=args.robots_attempts
@@ -347,6 +357,8 @@ def _crawl_options(
             str(args.robots_attempts),
             "--max-retry-after",
             str(args.max_retry_after),
+            "--response-factor",
+            str(args.response_factor),
         ],
         revisit=config.revisit,
         duration_s=args.duration,

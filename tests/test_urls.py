@@ -700,3 +700,21 @@ def test_equal_reference_keys_mean_equal_fetch_keys(ref: str, page1: str, page2:
         assert again.value.reason == e.reason
         return
     assert identify(ref, page2).fetch_key == a
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    refs=st.lists(
+        st.sampled_from(
+            ["/a", "/a/../b", "b", "../c", "?q=1", "#top", "/a#x", "http://h.example/z#f", "//other.example/p", "",
+             "./d;p", "https://h.example", "#"]
+        ),
+        max_size=8,
+    ),
+    base=st.sampled_from(["http://h.example/", "http://h.example/x/y?z", "https://h.example:8443/q/", "h.example"]),
+)  # fmt: skip
+def test_reference_keys_of_a_page_are_each_links_reference_key(refs: list[str], base: str) -> None:
+    """The per-page form (the base's origin found once) answers what reference_key answers link by link."""
+    from hostring.urls import reference_key, reference_keys
+
+    assert reference_keys(refs, base) == [reference_key(r, base) for r in refs]

@@ -236,16 +236,22 @@ class CompleteResponse(_message.Message):
     def __init__(self, accepted: _Optional[bool] = ..., state: _Optional[str] = ..., follow_links: _Optional[bool] = ..., reason: _Optional[str] = ..., forward: _Optional[_Iterable[_Union[Link, _Mapping]]] = ..., admitted: _Optional[int] = ..., wrong_owner: _Optional[bool] = ...) -> None: ...
 
 class CompleteBatchRequest(_message.Message):
-    __slots__ = ("completions",)
+    __slots__ = ("completions", "worker_id", "lease_max_items")
     COMPLETIONS_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_MAX_ITEMS_FIELD_NUMBER: _ClassVar[int]
     completions: _containers.RepeatedCompositeFieldContainer[CompleteRequest]
-    def __init__(self, completions: _Optional[_Iterable[_Union[CompleteRequest, _Mapping]]] = ...) -> None: ...
+    worker_id: str
+    lease_max_items: int
+    def __init__(self, completions: _Optional[_Iterable[_Union[CompleteRequest, _Mapping]]] = ..., worker_id: _Optional[str] = ..., lease_max_items: _Optional[int] = ...) -> None: ...
 
 class CompleteBatchResponse(_message.Message):
-    __slots__ = ("results",)
+    __slots__ = ("results", "leases")
     RESULTS_FIELD_NUMBER: _ClassVar[int]
+    LEASES_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[CompleteResponse]
-    def __init__(self, results: _Optional[_Iterable[_Union[CompleteResponse, _Mapping]]] = ...) -> None: ...
+    leases: _containers.RepeatedCompositeFieldContainer[LeaseItem]
+    def __init__(self, results: _Optional[_Iterable[_Union[CompleteResponse, _Mapping]]] = ..., leases: _Optional[_Iterable[_Union[LeaseItem, _Mapping]]] = ...) -> None: ...
 
 class StatsRequest(_message.Message):
     __slots__ = ()

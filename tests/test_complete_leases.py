@@ -1,0 +1,126 @@
+"""CompleteBatch with lease_max_items (zero-wait turnaround), run for real: a node's gRPC service on loopback.
+
+The released host's next URL comes back in the completion's reply when its politeness allows it, never while its
+delay runs and never a second one in flight; a client that asks for nothing (every older one) gets nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import grpc
+import pytest
+
+from frontier_node.core.config import FrontierConfig, PolitenessConfig
+from frontier_node.core.frontier import Frontier
+from frontier_node.service import FrontierService
+from frontier_node.store.memory import MemoryStore
+from hostring.clock import WallClock
+from hostring.limits import grpc_options
+from hostring.v1 import frontier_pb2 as pb
+from hostring.v1 import frontier_pb2_grpc as pb_grpc
+from tests.test_node_shell import RPC_S, Served, seeds
+
+pytestmark = [pytest.mark.timeout(60)]
+
+NOT_FOUND = pb.Outcome(status=404, retry_after_s=-1)
+PAGE_OK = pb.Outcome(status=200, retry_after_s=-1, content_type="text/html")
+
+
+def _stub(delay_s: float) -> Iterator[pb_grpc.FrontierStub]:
+    config = FrontierConfig(politeness=PolitenessConfig(min_delay_s=delay_s, response_factor=0.0))
+    served = Served(FrontierService(Frontier(MemoryStore(), WallClock(), config)))
+    try:
+        with grpc.insecure_channel(served.address, options=grpc_options()) as channel:
+            yield pb_grpc.FrontierStub(channel)  # type: ignore[no-untyped-call]
+    finally:
+        served.close()
+
+
+@pytest.fixture
+def stub() -> Iterator[pb_grpc.FrontierStub]:
+    yield from _stub(0.0)
+
+
+@pytest.fixture
+def slow_stub() -> Iterator[pb_grpc.FrontierStub]:
+    yield from _stub(30.0)
+
+
+def done(item: pb.LeaseItem, outcome: pb.Outcome) -> pb.CompleteRequest:
+    return pb.CompleteRequest(lease_id=item.lease_id, generation=item.generation, outcome=outcome, worker_id="w")
+
+
+def batch(stub: pb_grpc.FrontierStub, *completions: pb.CompleteRequest, want: int = 0) -> pb.CompleteBatchResponse:
+    request = pb.CompleteBatchRequest(completions=completions, worker_id="w" if want else "", lease_max_items=want)
+    return stub.CompleteBatch(request, timeout=RPC_S)
+
+
+def test_each_completion_brings_back_its_hosts_next_url_one_at_a_time(stub: pb_grpc.FrontierStub) -> None:
+    """Three pages of one host, delay 0: every completion's reply carries the host's next URL (asked for five:
+    one, since one request is in flight per host), until the host has none left."""
+    stub.Discover(pb.DiscoverRequest(links=seeds(3, 1)), timeout=RPC_S)
+    (robots,) = stub.Lease(pb.LeaseRequest(worker_id="w", max_items=5), timeout=RPC_S).items
+    assert robots.kind == pb.ROBOTS
+    current, seen = robots, []
+    outcome = NOT_FOUND
+    for _ in range(3):
+        resp = batch(stub, done(current, outcome), want=5)
+        assert resp.results[0].accepted
+        (current,) = resp.leases
+        assert current.kind == pb.PAGE and current.host == "h0.example"
+        seen.append(current.url)
+        outcome = PAGE_OK
+        # while it is leased, nothing else of the host goes out
+        assert not stub.Lease(pb.LeaseRequest(worker_id="x", max_items=5), timeout=RPC_S).items
+    assert sorted(seen) == [f"http://h0.example/p{i}" for i in range(3)]
+    last = batch(stub, done(current, PAGE_OK), want=5)
+    assert last.results[0].accepted and not last.leases
+    assert stub.Lease(pb.LeaseRequest(worker_id="w", max_items=5), timeout=RPC_S).drained
+
+
+def test_no_lease_while_the_hosts_delay_runs_but_other_ready_hosts_come(slow_stub: pb_grpc.FrontierStub) -> None:
+    """With a 30 s delay the released host's next URL is not handed out by the completion (nor by a Lease); a
+    host that is ready is."""
+    stub = slow_stub
+    stub.Discover(pb.DiscoverRequest(links=seeds(4, 2)), timeout=RPC_S)
+    robots = stub.Lease(pb.LeaseRequest(worker_id="w", max_items=5), timeout=RPC_S).items
+    assert sorted(it.host for it in robots) == ["h0.example", "h1.example"]
+    first = next(it for it in robots if it.host == "h0.example")
+    other = next(it for it in robots if it.host == "h1.example")
+    resp = batch(stub, done(first, NOT_FOUND), want=5)
+    assert resp.results[0].accepted and not resp.leases, "h0's page went out before its delay"
+    assert not stub.Lease(pb.LeaseRequest(worker_id="x", max_items=5), timeout=RPC_S).items
+    resp = batch(stub, done(other, NOT_FOUND), want=5)
+    assert not resp.leases, "h1's delay runs from its robots.txt too"
+
+
+def test_a_client_that_asks_for_no_leases_gets_none(stub: pb_grpc.FrontierStub) -> None:
+    """An older client's CompleteBatch (no lease_max_items) settles as before and leases nothing: the page stays
+    for the next Lease."""
+    stub.Discover(pb.DiscoverRequest(links=seeds(1, 1)), timeout=RPC_S)
+    (robots,) = stub.Lease(pb.LeaseRequest(worker_id="w", max_items=5), timeout=RPC_S).items
+    resp = batch(stub, done(robots, NOT_FOUND))
+    assert resp.results[0].accepted and not resp.leases
+    (page,) = stub.Lease(pb.LeaseRequest(worker_id="w", max_items=5), timeout=RPC_S).items
+    assert page.url == "http://h0.example/p0"
+
+
+def test_lease_fields_are_checked(stub: pb_grpc.FrontierStub) -> None:
+    """lease_max_items needs a worker id and stays within the Lease cap; a refused call settles nothing."""
+    stub.Discover(pb.DiscoverRequest(links=seeds(1, 1)), timeout=RPC_S)
+    (robots,) = stub.Lease(pb.LeaseRequest(worker_id="w", max_items=5), timeout=RPC_S).items
+    bad = [
+        pb.CompleteBatchRequest(completions=[done(robots, NOT_FOUND)], lease_max_items=3),
+        pb.CompleteBatchRequest(completions=[done(robots, NOT_FOUND)], worker_id="w", lease_max_items=1_001),
+        pb.CompleteBatchRequest(completions=[done(robots, NOT_FOUND)], worker_id="w\x00", lease_max_items=1),
+    ]
+    for request in bad:
+        with pytest.raises(grpc.RpcError) as e:
+            stub.CompleteBatch(request, timeout=RPC_S)
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT, e.value.details()
+        assert "CompleteBatchRequest." in (e.value.details() or "")
+    resp = batch(stub, done(robots, NOT_FOUND), want=1)
+    assert resp.results[0].accepted, "a refused call settled the lease"
+    (page,) = resp.leases
+    assert page.url == "http://h0.example/p0"
