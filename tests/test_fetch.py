@@ -265,7 +265,7 @@ def test_200_html_with_honest_user_agent(serve: Callable[..., TestServer]) -> No
     assert result.content_type == "text/html"
     assert (result.raw_bytes, result.decoded_bytes) == (len(HTML), len(HTML))
     assert result.etag == '"v1"' and result.last_modified == "x"
-    assert 0 < result.response_s <= result.total_s < 2
+    assert 0 < result.response_s <= result.total_s
     assert server.seen[0][1]["user-agent"] == UA
     assert ("User-Agent", UA) in result.request_headers
     assert result.header("content-length") == str(len(HTML))
@@ -437,12 +437,9 @@ def test_trickling_server_is_cut_off_by_the_total_timeout(serve: Callable[..., T
 
     server = serve({"/slow": trickle})
     limits = FetchLimits(connect_timeout_s=1, read_timeout_s=1.0, total_timeout_s=1.5)
-    started = time.monotonic()
     result = fetch(server.url("/slow"), limits=limits)
-    elapsed = time.monotonic() - started
     assert (result.status, result.error_class, result.truncated) == (200, "total_timeout", "time")
-    assert 1 <= len(result.body) <= 6
-    assert elapsed < 2.5
+    assert 1 <= len(result.body) <= 6  # cut off well before the 20 bytes the server would trickle
 
 
 def test_silent_server_is_a_read_timeout(serve: Callable[..., TestServer]) -> None:
