@@ -689,7 +689,7 @@ def test_sigkill_midway_then_resume_finishes_without_unexplained_refetches(tmp_p
             out,
             delay=delay,
             scope=scope_file(web, tmp_path / "scope.txt"),
-            extra=["--lease-s", "2", "--max-depth", str(needed_depth(model) + 4)],
+            extra=["--lease-s", "15", "--max-depth", str(needed_depth(model) + 4)],
         )
         first = CrawlProcess(cmd, out, tmp_path, "first").start()
         try:

@@ -13,8 +13,10 @@ import pytest
 import redis
 from redis.cluster import RedisCluster
 
+from frontier_node.core.records import Link
 from frontier_node.core.states import State
 from frontier_node.store.redis import FencedOut, RedisStore
+from frontier_node.store.redis.mail import row_link
 from tests.store_helpers import admit, make_entry, page
 
 Client = redis.Redis | RedisCluster
@@ -292,3 +294,19 @@ def test_a_replayed_write_changes_nothing(make_store: MakeStore) -> None:
     before = (s.counts_by_state(), s.scheduled_counts(), list(s.journal()), list(s.items()), s.max_seqs())
     assert int(s._scripts.run_pipelined("write", {"again.dev": call})["again.dev"][0]) == 1
     assert (s.counts_by_state(), s.scheduled_counts(), list(s.journal()), list(s.items()), s.max_seqs()) == before
+
+
+def test_forwarded_links_keep_their_client_payload(make_store: MakeStore) -> None:
+    """A link left in another owner's inbox arrives with its payload (a Scrapy request rides there); a row written
+    without one, as before payloads travelled, still reads back."""
+    store = make_store()
+    sent = [
+        Link("http://a.example/x", source_key="http://b.example/", depth=2, payload=b"\x00scrapy\xff"),
+        Link("http://a.example/y", depth=1),
+    ]
+    store.forward(sent)
+    store.flush()
+    mail = store.mail.read(["a.example"])
+    rows = [row for _id, message in mail["a.example"] for row in message["l"]]
+    assert [row_link(r) for r in rows] == sent
+    assert row_link(["http://a.example/z", "", "", 1, 0, 0, False]).payload == b""

@@ -6,7 +6,8 @@ Layout (beside codec.py's):
     ns:{all}:inbox            set     domains whose inbox may hold entries (what owners poll)
 
 A message is {"t": "links", "l": [[observed, base_url, source_key, depth, priority, redirect_hops, seed], ...]}
-(at most LINKS_PER_ENTRY links) or a small typed dict posted by the core ({"t": "robots_hop", ...}). Writing is
+(at most LINKS_PER_ENTRY links; a link with a client payload has it, base64, as an eighth field) or a small
+typed dict posted by the core ({"t": "robots_hop", ...}). Writing is
 unfenced and append-only (XADD, then SADD of the domain), in the flush that buffered it: any node may leave mail
 for any domain, and the mail outlives whoever wrote it. Only the owner drains: it reads a page of entries,
 admits them, commits, and only then deletes those entries by id (XDEL), so a crash in between re-delivers them
@@ -18,6 +19,7 @@ found the inbox empty removes the domain and then looks again, adding it back if
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
@@ -31,7 +33,8 @@ READ_COUNT: Final = 64
 
 
 def link_row(link: LinkLike) -> list[object]:
-    return [
+    """A link as a JSON row; its client payload (base64) is an eighth field only when it has one."""
+    row: list[object] = [
         link.observed,
         link.base_url,
         link.source_key,
@@ -40,11 +43,16 @@ def link_row(link: LinkLike) -> list[object]:
         int(link.redirect_hops),
         bool(link.seed),
     ]
+    if link.payload:
+        row.append(base64.b64encode(link.payload).decode("ascii"))
+    return row
 
 
 def row_link(row: Sequence[Any]) -> Link:
-    observed, base, source, depth, priority, hops, seed = row
-    return Link(str(observed), str(base), str(source), int(depth), int(priority), int(hops), bool(seed))
+    """The link of a row (seven fields, or eight with a payload)."""
+    observed, base, source, depth, priority, hops, seed, *rest = row
+    payload = base64.b64decode(str(rest[0])) if rest else b""
+    return Link(str(observed), str(base), str(source), int(depth), int(priority), int(hops), bool(seed), payload)
 
 
 def link_messages(rows: list[list[object]]) -> list[str]:
