@@ -214,8 +214,9 @@ class CoreThread:
             failed += [(op, lost) for op in [*ops, *ran] if id(op) not in kept]
         except Exception as e:
             log.exception("commit failed; the calls of this batch are answered with the error")
-            failed += [(op, e) for op in ran]
             gone = {id(op) for op in ran}
+            # Waiting Leases whose wait ended in this batch took nothing but are in `finished` only: answer them too.
+            failed += [(op, e) for op in [*ran, *(op for op in finished if id(op) not in gone)]]
             self._more = [op for op in self._more if id(op) not in gone]
             finished = []
         if any(op.changes for op in finished) or any(op.changes for op, _ in failed):
