@@ -709,3 +709,33 @@ def test_a_lease_whose_wait_ends_in_a_failed_commit_is_answered() -> None:
     finally:
         store.failing = False
         served.close()
+
+
+def test_calls_of_a_batch_whose_tick_fails_are_answered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The core's tick reads the store (revisits coming due): when that read fails, the batch's calls, which never
+    ran, are answered with the error. (Before: they were dropped unanswered.)"""
+    config = FrontierConfig(politeness=PolitenessConfig(min_delay_s=0.0))
+    frontier = Frontier(MemoryStore(), WallClock(), config)
+    served = Served(FrontierService(frontier))
+    tick = frontier.tick
+    failing = threading.Event()
+
+    def flaky_tick(now: float | None = None) -> None:
+        if failing.is_set():
+            raise ConnectionError("the store is away")
+        tick(now)
+
+    monkeypatch.setattr(frontier, "tick", flaky_tick)
+    try:
+        with grpc.insecure_channel(served.address, options=grpc_options()) as channel:
+            stub = pb_grpc.FrontierStub(channel)  # type: ignore[no-untyped-call]
+            failing.set()
+            code, details = code_of(lambda: stub.Discover(pb.DiscoverRequest(links=seeds(1, 1)), timeout=20))
+            assert code is not grpc.StatusCode.DEADLINE_EXCEEDED, "the Discover was never answered"
+            assert code is not grpc.StatusCode.OK and "the store is away" in details, (code, details)
+            failing.clear()
+            (verdict,) = stub.Discover(pb.DiscoverRequest(links=seeds(1, 1)), timeout=RPC_S).verdicts
+            assert verdict.verdict == pb.ADMITTED
+    finally:
+        failing.clear()
+        served.close()
