@@ -214,8 +214,11 @@ class CoreThread:
             failed += [(op, lost) for op in [*ops, *ran] if id(op) not in kept]
         except Exception as e:
             log.exception("commit failed; the calls of this batch are answered with the error")
-            failed += [(op, e) for op in ran]
-            gone = {id(op) for op in ran}
+            # Every call of the batch not answered yet and not waiting gets the error: those that ran, the waiting
+            # Leases whose wait ended here (in `finished` only), and those a failure in `tick` kept from running.
+            skip = {id(op) for op, _ in failed} | {id(w) for w in self._waiters}
+            gone = {id(op): op for op in [*ops, *ran, *finished] if id(op) not in skip}
+            failed += [(op, e) for op in gone.values()]
             self._more = [op for op in self._more if id(op) not in gone]
             finished = []
         if any(op.changes for op in finished) or any(op.changes for op, _ in failed):

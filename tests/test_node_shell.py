@@ -676,3 +676,66 @@ def test_a_forged_completion_does_not_sink_its_batch() -> None:
             assert again.accepted, "the forged completion settled its lease"
     finally:
         served.close()
+
+
+class _FlushFails(MemoryStore):
+    """A MemoryStore whose commits fail while `failing` is set (as a Redis store's do while Redis restarts)."""
+
+    failing = False
+
+    def flush(self) -> None:
+        if self.failing:
+            raise ConnectionError("the store is away")
+        super().flush()
+
+
+def test_a_lease_whose_wait_ends_in_a_failed_commit_is_answered() -> None:
+    """A Lease whose wait ends in a batch whose commit fails is answered with that error. (Before: it was dropped
+    unanswered, the client waited out its own deadline and the call stayed open on the node.)"""
+    config = FrontierConfig(politeness=PolitenessConfig(min_delay_s=0.0))
+    store = _FlushFails()
+    served = Served(FrontierService(Frontier(store, WallClock(), config)))
+    try:
+        with grpc.insecure_channel(served.address, options=grpc_options()) as channel:
+            stub = pb_grpc.FrontierStub(channel)  # type: ignore[no-untyped-call]
+            stub.Discover(pb.DiscoverRequest(links=seeds(1, 1)), timeout=RPC_S)
+            assert stub.Lease(pb.LeaseRequest(worker_id="t", max_items=5), timeout=RPC_S).items  # robots in flight
+            store.failing = True
+            code, details = code_of(lambda: stub.Lease(pb.LeaseRequest(worker_id="w", wait_ms=300), timeout=20))
+            assert code is not grpc.StatusCode.DEADLINE_EXCEEDED, "the waiting Lease was never answered"
+            assert code is not grpc.StatusCode.OK and "the store is away" in details, (code, details)
+            store.failing = False
+            assert stub.Lease(pb.LeaseRequest(worker_id="w", max_items=5), timeout=RPC_S) is not None
+    finally:
+        store.failing = False
+        served.close()
+
+
+def test_calls_of_a_batch_whose_tick_fails_are_answered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The core's tick reads the store (revisits coming due): when that read fails, the batch's calls, which never
+    ran, are answered with the error. (Before: they were dropped unanswered.)"""
+    config = FrontierConfig(politeness=PolitenessConfig(min_delay_s=0.0))
+    frontier = Frontier(MemoryStore(), WallClock(), config)
+    served = Served(FrontierService(frontier))
+    tick = frontier.tick
+    failing = threading.Event()
+
+    def flaky_tick(now: float | None = None) -> None:
+        if failing.is_set():
+            raise ConnectionError("the store is away")
+        tick(now)
+
+    monkeypatch.setattr(frontier, "tick", flaky_tick)
+    try:
+        with grpc.insecure_channel(served.address, options=grpc_options()) as channel:
+            stub = pb_grpc.FrontierStub(channel)  # type: ignore[no-untyped-call]
+            failing.set()
+            code, details = code_of(lambda: stub.Discover(pb.DiscoverRequest(links=seeds(1, 1)), timeout=20))
+            assert code is not grpc.StatusCode.DEADLINE_EXCEEDED, "the Discover was never answered"
+            assert code is not grpc.StatusCode.OK and "the store is away" in details, (code, details)
+            failing.clear()
+            (verdict,) = stub.Discover(pb.DiscoverRequest(links=seeds(1, 1)), timeout=RPC_S).verdicts
+            assert verdict.verdict == pb.ADMITTED
+    finally:
+        failing.clear()
+        served.close()

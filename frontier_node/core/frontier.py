@@ -27,7 +27,7 @@ from frontier_node.core.handback import HANDED_BACK, POLICY_REFUSALS, Handback
 from frontier_node.core.hosts import Host
 from frontier_node.core.journal import pack_admit
 from frontier_node.core.leases import LeaseBook
-from frontier_node.core.ports import BodyIndex, BreachLog, Outbox, Store
+from frontier_node.core.ports import BodyClaim, BodyIndex, BreachLog, Outbox, Store
 from frontier_node.core.records import Completion, Entry, Item, Kind, LinkLike, LinkVerdict, OutcomeLike, Verdict
 from frontier_node.core.retry import Action, backoff_s, classify
 from frontier_node.core.revisit import describe
@@ -387,6 +387,7 @@ class Frontier(RobotsItems, Handback, RevisitItems):
         if outcome.error_class == HANDED_BACK:
             self._hand_back(item, HANDED_BACK)
             return Completion(True, item.state.value, False, HANDED_BACK)
+        seen = self._ask_bodies(item, outcome)
         now = self._clock.now()
         self._leases.settle(key)
         self._events["completed"] += 1
@@ -401,7 +402,7 @@ class Frontier(RobotsItems, Handback, RevisitItems):
             if home is not host:
                 front.wake_now(home)
         else:
-            done = self._complete_page(item, host, outcome, now)
+            done = self._complete_page(item, host, outcome, now, seen)
         front.pace_address(host)
         front.wake_now(host)
         if done.follow_links and links:
@@ -438,20 +439,40 @@ class Frontier(RobotsItems, Handback, RevisitItems):
         )
         return Completion(False, state.value, False, reason)
 
-    def _complete_page(self, item: Item, host: Host, outcome: OutcomeLike, now: float) -> Completion:
+    def _ask_bodies(self, item: Item, outcome: OutcomeLike) -> BodyClaim | None:
+        """What the body index knows of this completion's body, asked before the completion changes anything.
+
+        The index may be a store of its own (Redis in a cluster) whose call fails: that must fail the whole
+        completion, not half of it (the lease settled but the item still leased, its host out of the ready heap,
+        its links never admitted, and the worker's retry answered unknown_lease). None when settling it does not
+        consult the index.
+        """
+        if item.kind is Kind.ROBOTS or classify(outcome.status, outcome.error_class)[0] is not Action.DONE:
+            return None
+        if item.checked_at > 0:
+            if not self._revisit_asks_mirror(item, outcome):
+                return None
+            return BodyClaim(self._bodies.mirror_of(outcome.body_digest, item.key), False)
+        if outcome.status < 300 and (outcome.body_digest or outcome.simhash):
+            return self._bodies.claim(outcome.body_digest, outcome.simhash, item.key)
+        return None
+
+    def _complete_page(
+        self, item: Item, host: Host, outcome: OutcomeLike, now: float, seen: BodyClaim | None
+    ) -> Completion:
         policy = self._config.politeness
         status, action_reason = outcome.status, classify(outcome.status, outcome.error_class)
         action, reason = action_reason
         if action is Action.DONE and item.checked_at > 0:
-            return self._complete_revisit(item, host, outcome, now)
+            return self._complete_revisit(item, host, outcome, now, seen.first if seen is not None else None)
         if action is Action.DONE:
             host.on_response(outcome.response_s, now, policy)
             host.fetched += 1
             follow = status < 300 or (status < 400 and bool(outcome.location))
             if 300 <= status < 400 and outcome.location:
                 reason = f"{status} -> {outcome.location[:200]}"
-            elif status < 300 and (outcome.body_digest or outcome.simhash):
-                first, near = self._bodies.claim(outcome.body_digest, outcome.simhash, item.key)
+            elif status < 300 and seen is not None:
+                first, near = seen
                 if first is not None:
                     reason, follow = "duplicate_body", False
                 elif near:

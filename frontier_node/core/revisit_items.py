@@ -155,9 +155,21 @@ class RevisitItems:
         self._revisit_counters.page(item)
         return pack_revisit(item)
 
-    def _complete_revisit(self, item: Item, host: Host, outcome: OutcomeLike, now: float) -> Completion:
+    @staticmethod
+    def _revisit_asks_mirror(item: Item, outcome: OutcomeLike) -> bool:
+        """Whether settling this revisit needs the body index's `mirror_of` (a changed body): the caller asks it
+        before changing anything, since the index may be a store whose call fails."""
+        status, digest = outcome.status, outcome.body_digest
+        if not digest or status == 304 or status in _GONE_STATUSES:
+            return False
+        return digest != item.digest if 200 <= status < 300 else status != item.status
+
+    def _complete_revisit(
+        self, item: Item, host: Host, outcome: OutcomeLike, now: float, mirror: str | None
+    ) -> Completion:
         """Settle a revisit that got a response (the caller handles retries and failures): what changed, the
-        stored copy, the change history and the next due time."""
+        stored copy, the change history and the next due time. `mirror`: the key first fetched with this body when
+        that is another page's (asked of the body index beforehand, see `_revisit_asks_mirror`)."""
         host.on_response(outcome.response_s, now, self._config.politeness)
         host.fetched += 1
         config = self.revisit_config(item.host, item.domain)
@@ -195,7 +207,7 @@ class RevisitItems:
                 item.evidence, item.stored_at = outcome.evidence, now
                 # A mirror of a body first fetched under another key is not followed (as on a first fetch); in a
                 # cluster the index is the cluster's, so a twin fetched by another node counts as well.
-                follow = self._bodies.mirror_of(outcome.body_digest, item.key) is None and not outcome.nofollow
+                follow = mirror is None and not outcome.nofollow
                 follow = follow and (status < 300 or (status < 400 and bool(outcome.location)))
         if item.status in _GONE_STATUSES and change in (Change.NOT_MODIFIED, Change.UNCHANGED):
             item.status = 200 if status == 304 else status  # it answers again after a 404: the stored copy holds
