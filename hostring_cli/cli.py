@@ -77,7 +77,15 @@ def _politeness_flags(p: argparse.ArgumentParser) -> None:
         type=non_negative_float,
         default=1.0,
         metavar="F",
-        help="a host also rests F x its recent response time between requests (0: only --delay and Crawl-delay)",
+        help="a slow or failing host also rests F x its recent response time between requests (0: only --delay "
+        "and Crawl-delay)",
+    )
+    g.add_argument(
+        "--slow-response",
+        type=non_negative_float,
+        default=0.5,
+        metavar="S",
+        help="a host whose recent responses take at least S seconds counts as slow (see --response-factor)",
     )
     g.add_argument(
         "--user-agent",
@@ -135,6 +143,7 @@ def frontier_config(args: argparse.Namespace, scope: str = "all") -> FrontierCon
             concurrency=args.concurrency,
             retry_after_cap_s=args.max_retry_after,
             response_factor=args.response_factor,
+            slow_response_s=args.slow_response,
         ),
         retry=RetryConfig(
             max_attempts=args.max_attempts, base_s=args.retry_base_s, robots_max_attempts=args.robots_attempts
@@ -359,6 +368,8 @@ def _crawl_options(
             str(args.max_retry_after),
             "--response-factor",
             str(args.response_factor),
+            "--slow-response",
+            str(args.slow_response),
         ],
         revisit=config.revisit,
         duration_s=args.duration,

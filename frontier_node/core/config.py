@@ -9,12 +9,15 @@ from dataclasses import dataclass, field
 class PolitenessConfig:
     """How long a host rests between requests and how that adapts.
 
-    delay = max(min_delay, robots Crawl-delay capped, factor x response time) x backoff, where backoff grows on
-    429 / 5xx / timeouts and decays slowly on success, within fixed limits.
+    delay = max(min_delay, robots Crawl-delay capped, rest) x backoff, where backoff grows on 429 / 5xx / timeouts
+    and on a sudden rise in response time and decays slowly on success, within fixed limits. rest is factor x the
+    host's recent response time when that is at least slow_response_s (a struggling server) or the host is backing
+    off; a host that answers fast rests only the delay it was given, so `--delay 0` means what it says.
     """
 
     min_delay_s: float = 1.0
     response_factor: float = 1.0
+    slow_response_s: float = 0.5
     crawl_delay_cap_s: float = 30.0
     max_delay_s: float = 120.0
     concurrency: int = 1

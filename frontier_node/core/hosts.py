@@ -123,7 +123,9 @@ class Host:
         """Seconds between the end of one request and the start of the next."""
         base = self.min_delay_s if self.min_delay_s >= 0 else policy.min_delay_s
         crawl_delay = max((r.crawl_delay or 0.0 for r in self.robots.values()), default=0.0)
-        d = max(base, min(crawl_delay, policy.crawl_delay_cap_s), policy.response_factor * self.latency_s)
+        slow = self.latency_s >= policy.slow_response_s or self.backoff > 1.0
+        rest = policy.response_factor * self.latency_s if slow else 0.0
+        d = max(base, min(crawl_delay, policy.crawl_delay_cap_s), rest)
         return min(policy.max_delay_s, d * self.backoff) if d > 0 else 0.0
 
     def limit(self, policy: PolitenessConfig) -> int:
