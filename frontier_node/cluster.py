@@ -55,6 +55,7 @@ class Slice:
         self.lock = lock
         self.ring: Ring = EMPTY_RING
         self._frontier: Frontier | None = None
+        self.bodies: RedisBodyIndex | None = None
         self.on_ready = on_ready
         self.fenced: set[str] = set()
         self.handoffs = 0
@@ -76,9 +77,10 @@ class Slice:
         index the cluster-wide one."""
         self._frontier = frontier
         if frontier is not None:
-            frontier.attach_cluster(self.store, RedisBodyIndex(
+            self.bodies = RedisBodyIndex(
                 self.store.client, self.store.namespace, frontier.config.near_duplicate_distance
-            ))  # fmt: skip
+            )
+            frontier.attach_cluster(self.store, self.bodies)
 
     def owns(self, domain: str) -> bool:
         return domain not in self.fenced and self.ring.owns(self.node_id, domain)

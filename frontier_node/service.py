@@ -28,7 +28,7 @@ from frontier_node.core.records import Item, Kind, LinkVerdict
 from frontier_node.core.revisit import describe
 from frontier_node.core.views import CoverageInput, HostView
 from frontier_node.core_thread import CoreThread, NodeUnavailable
-from frontier_node.ops import Call, Complete, Discover, Lease, Op, Settled
+from frontier_node.ops import Call, Claim, Complete, Discover, Lease, Op, Settled
 from frontier_node.reading import StoreReader
 from frontier_node.report import coverage_report
 from frontier_node.wire import DecodeWarnings, handlers
@@ -66,8 +66,10 @@ class FrontierService:
         outbox: Outbox | None = None,
         reader: StoreReader | None = None,
         store_timer: AbstractContextManager[object] | None = None,
+        prime_bodies: Callable[[list[Claim]], None] | None = None,
     ) -> None:
         self.frontier = frontier
+        self.prime_bodies = prime_bodies
         self.node_id = node_id
         self.epoch = epoch
         self.cond = lock or threading.Condition()
@@ -202,7 +204,7 @@ class FrontierService:
             await _abort(context, e.code, e.reason)
         await self._reply_room(request, len(request.completions), context)
         good = [c for i, c in enumerate(request.completions) if i not in refused]
-        done: list[Settled] = await self._run(Complete(good, self.outbox), context)
+        done: list[Settled] = await self._run(Complete(good, self.outbox, self.prime_bodies), context)
         settled = iter(done)
         answers = [
             Settled(reason=f"{refused[i].code.name.lower()}: {refused[i].reason}") if i in refused else next(settled)

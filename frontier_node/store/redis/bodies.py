@@ -6,14 +6,15 @@ Layout (each key its own hash tag, so a Redis Cluster spreads them over its shar
     ns:{b:<digest>}                 string  the fetch key first fetched with this exact body (first wins: Lua)
     ns:{s:<band>:<16-bit value>}    set     members "<simhash hex>:<key hash hex>" of bodies with that band value
 
-Cost per fetched 2xx page: one round trip, one pipeline of 1 EVAL (GET-or-SET of the digest) plus, when the page
-has a simhash, 4 SMEMBERS and 4 SADD of its bands; about 120 bytes sent and, in Redis, one string (the key, at
-most 512 characters) and four 25-byte set members per distinct body.
+Cost per fetched 2xx page: 1 EVAL (GET-or-SET of the digest) plus, when the page has a simhash, 4 SMEMBERS and
+4 SADD of its bands, in one round trip for a page or, primed, for a whole CompleteBatch slice; about 120 bytes
+sent and, in Redis, one string (the key, at most 512 characters) and four 25-byte set members per distinct body.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from typing import Any, Final
 
 from frontier_node.core.ports import BodyClaim
@@ -37,6 +38,7 @@ class RedisBodyIndex:
         self._r = client
         self._ns = namespace
         self.max_distance = max_distance
+        self._primed: dict[tuple[str, int, str], list[BodyClaim]] = {}
 
     def digest_key(self, digest: str) -> str:
         return f"{self._ns}:{{b:{digest}}}"
@@ -44,15 +46,46 @@ class RedisBodyIndex:
     def band_key(self, band: int, value: int) -> str:
         return f"{self._ns}:{{s:{band}:{value:04x}}}"
 
+    def prime(self, claims: Sequence[tuple[str, int, str]]) -> None:
+        """Register a batch of bodies (digest, simhash, key) in one round trip, in order, keeping the answers
+        for the `claim` calls that follow (the core claims one at a time). The pipeline holds the commands the
+        claims would send one by one, in the same order: every key's commands keep their order, so the answers are
+        those of claiming one after the other. Answers not asked for are dropped at the next prime."""
+        self._primed = {}
+        pipe = self._r.pipeline(transaction=False)
+        queued = [(c, self._queue(pipe, *c)) for c in claims]
+        if not any(parts for _, parts in queued):
+            return
+        answers = pipe.execute()
+        at = 0
+        for (digest, simhash, key), parts in queued:
+            if parts is None:
+                continue
+            taken, at = answers[at : at + parts[0]], at + parts[0]
+            answer = self._answer(taken, parts[1], parts[2], parts[3], parts[4], key)
+            self._primed.setdefault((digest, simhash, key), []).append(answer)
+
     def claim(self, digest: str, simhash: int, key: str) -> BodyClaim:
         """Register `key`'s body; the key first fetched with the same digest (not `key` itself) and whether a
         body within max_distance bits of `simhash` was registered under another key."""
+        primed = self._primed.get((digest, simhash, key))
+        if primed:
+            return primed.pop(0)
+        pipe = self._r.pipeline(transaction=False)
+        parts = self._queue(pipe, digest, simhash, key)
+        if parts is None:
+            return BodyClaim(None, False)
+        return self._answer(pipe.execute(), *parts[1:], key)
+
+    def _queue(self, pipe: Any, digest: str, simhash: int, key: str) -> tuple[int, bool, bool, int, str] | None:
+        """Queue one claim's commands; (how many, digest used, bands used, simhash, own tag), None for none."""
         # A digest with braces would break the hash tag: such a digest (never one of hostring's) is not shared.
         digest = digest if digest and "{" not in digest and "}" not in digest else ""
         simhash &= _MASK
         own = hashlib.blake2b(key.encode(), digest_size=4).hexdigest()
         use_bands = bool(simhash) and self.max_distance >= 0
-        pipe = self._r.pipeline(transaction=False)
+        if not digest and not use_bands:
+            return None
         if digest:
             pipe.eval(_FIRST_WINS, 1, self.digest_key(digest), key[:_KEY_LIMIT])
         bands = [(simhash >> (16 * band)) & 0xFFFF for band in range(4)]
@@ -62,9 +95,11 @@ class RedisBodyIndex:
                 pipe.smembers(self.band_key(band, value))
             for band, value in enumerate(bands):
                 pipe.sadd(self.band_key(band, value), member)
-        if not digest and not use_bands:
-            return BodyClaim(None, False)
-        answers = pipe.execute()
+        return int(bool(digest)) + 8 * use_bands, bool(digest), use_bands, simhash, own
+
+    def _answer(self, answers: list[Any], digest: bool, use_bands: bool, simhash: int, own: str, key: str) -> BodyClaim:
+        """The BodyClaim of one claim's answers (as _queue queued them)."""
+        answers = list(answers)
         first: str | None = None
         if digest:
             found = answers.pop(0)
