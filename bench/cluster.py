@@ -25,8 +25,9 @@
      then Lease(max_items=256) and one CompleteBatch with the lease's items, as a busy worker coalesces them,
      until `lease_pages` pages are done; figure: URLs leased and completed per second.
    Beside each figure: CPU milliseconds per URL of the node processes and of Redis (INFO cpu, used_cpu_sys +
-   used_cpu_user), and Redis round trips, script calls and commands per URL. Round trips are Redis's read events
-   (INFO stats total_reads_processed: one per request or pipeline that arrived whole), script calls the EVALSHA
+   used_cpu_user), and Redis round trips, script calls and commands per URL. Round trips are Redis's reply write
+   events (INFO stats total_writes_processed: one per request or pipeline answered; the read events are given too,
+   but a large request arrives in several reads of 16 KB), script calls the EVALSHA
    and EVAL calls of INFO commandstats, commands INFO stats total_commands_processed (the commands scripts run
    included); each includes the nodes' idle polling (ring watch, inbox, heartbeats) during the phase.
 
@@ -219,6 +220,7 @@ def redis_counters(client: redis.Redis) -> dict[str, Any]:
     return {
         "cpu_s": float(cpu["used_cpu_sys"]) + float(cpu["used_cpu_user"]),
         "reads": int(stats["total_reads_processed"]),
+        "writes": int(stats["total_writes_processed"]),
         "commands": int(stats["total_commands_processed"]),
         "calls": {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in commands.items()},
     }
@@ -249,7 +251,8 @@ class CpuWatch:
             calls = {k: n - self._r["calls"].get(k, 0) for k, n in after["calls"].items()}
             self.redis = {
                 "cpu_s": round(after["cpu_s"] - self._r["cpu_s"], 3),
-                "round_trips": after["reads"] - self._r["reads"],
+                "round_trips": after["writes"] - self._r["writes"],
+                "read_events": after["reads"] - self._r["reads"],
                 "commands": after["commands"] - self._r["commands"],
                 "script_calls": calls.get("evalsha", 0) + calls.get("eval", 0),
                 "calls_by_command": dict(sorted(((k, n) for k, n in calls.items() if n), key=lambda kv: -kv[1])),
@@ -602,7 +605,7 @@ def table(f: dict[str, Any]) -> str:
         f"  SQLite row: {w['sqlite']}",
         "",
         *(_membership_lines(f["membership"]) if "membership" in f else []),
-        "per URL: CPU ms of the node processes, of Redis (INFO cpu) and both; Redis round trips (read events), "
+        "per URL: CPU ms of the node processes, of Redis (INFO cpu) and both; Redis round trips (reply writes), "
         "script calls (EVALSHA) and commands (those scripts run included)",
         f"{'nodes':>8} {'phase':<15} {'rate':>11} {'node ms':>8} {'redis ms':>8} {'CPU ms':>8} {'trips':>8} "
         f"{'scripts':>8} {'cmds':>8}   CPU seconds by process",

@@ -317,7 +317,7 @@ def test_a_flush_of_many_domains_on_one_server_is_one_script_call(
     assert sum(s.scheduled_counts().values()) == 40
 
 
-def test_primed_body_claims_answer_as_claims_one_by_one(redis_client: redis.Redis, redis_namespace: str) -> None:
+def test_primed_body_claims_answer_as_claims_one_by_one(client: Client, redis_namespace: str) -> None:
     from frontier_node.store.redis.bodies import RedisBodyIndex
 
     claims = [
@@ -327,13 +327,15 @@ def test_primed_body_claims_answer_as_claims_one_by_one(redis_client: redis.Redi
         ("sha256:cc", 0, "https://d.org/1"),
         ("sha256:aa", 0x1111_2222_3333_4444, "https://a.org/1"),  # a key claiming its own body again
     ]
-    one_by_one = RedisBodyIndex(redis_client, redis_namespace + "-seq")
+    one_by_one = RedisBodyIndex(client, redis_namespace + "-seq")
     expected = [one_by_one.claim(*c) for c in claims]
-    primed = RedisBodyIndex(redis_client, redis_namespace)
-    before = _calls(redis_client)
+    primed = RedisBodyIndex(client, redis_namespace)
     primed.prime(claims)
-    sent = sum(_calls(redis_client).values()) - sum(before.values())
-    assert [primed.claim(*c) for c in claims] == expected
-    assert sum(_calls(redis_client).values()) - sum(before.values()) == sent + 1  # the claims sent nothing (+INFO)
+    if isinstance(client, redis.Redis):
+        before = _calls(client)
+        assert [primed.claim(*c) for c in claims] == expected
+        assert sum(_calls(client).values()) - sum(before.values()) == 1  # the claims sent nothing (INFO counts)
+    else:
+        assert [primed.claim(*c) for c in claims] == expected
     assert [e.first for e in expected] == [None, None, "https://a.org/1", None, None]
     assert [e.near for e in expected] == [False, True, False, False, True]  # the last: b.org is near

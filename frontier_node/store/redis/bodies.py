@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
+
+from redis.cluster import RedisCluster
 
 from frontier_node.core.ports import BodyClaim
 from frontier_node.store.redis.codec import check_tag_free, text
@@ -26,8 +28,43 @@ if first then return first end
 redis.call('SET', KEYS[1], ARGV[1])
 return false
 """
+# One call for a batch of claims on a single server (not a Cluster: the keys are in many slots, built by the
+# caller, not declared). ARGV: groups of 7: digest key ("" none), fetch key, band member ("" none), 4 band keys.
+# Per claim, in order, what one claim's pipeline does: the digest's GET-or-SET, then SMEMBERS of the 4 bands and
+# SADD of the member. Answers {first or false, {members of the 4 bands...}} per claim.
+_CLAIM_ALL: Final = """
+local out = {}
+for i = 1, #ARGV, 7 do
+  local first = false
+  if ARGV[i] ~= '' then
+    first = redis.call('GET', ARGV[i])
+    if not first then redis.call('SET', ARGV[i], ARGV[i + 1]) end
+  end
+  local seen = {}
+  if ARGV[i + 2] ~= '' then
+    for b = 3, 6 do
+      for _, m in ipairs(redis.call('SMEMBERS', ARGV[i + b])) do seen[#seen + 1] = m end
+    end
+    for b = 3, 6 do redis.call('SADD', ARGV[i + b], ARGV[i + 2]) end
+  end
+  out[#out + 1] = {first, seen}
+end
+return out
+"""
 _MASK: Final = (1 << 64) - 1
 _KEY_LIMIT: Final = 512
+
+
+class _Plan(NamedTuple):
+    """What one claim touches: the digest's key ("" none), the fetch key as stored, the band member ("" none) and
+    the 4 band keys, with the simhash and the key's own tag for the near check."""
+
+    digest_key: str
+    key: str
+    member: str
+    bands: list[str]
+    simhash: int
+    own: str
 
 
 class RedisBodyIndex:
@@ -40,6 +77,9 @@ class RedisBodyIndex:
         self.max_distance = max_distance
         self._primed: dict[tuple[str, int, str], list[BodyClaim]] = {}
 
+    def _pipeline(self) -> Any:
+        return self._r.pipeline(transaction=False)
+
     def digest_key(self, digest: str) -> str:
         return f"{self._ns}:{{b:{digest}}}"
 
@@ -48,22 +88,33 @@ class RedisBodyIndex:
 
     def prime(self, claims: Sequence[tuple[str, int, str]]) -> None:
         """Register a batch of bodies (digest, simhash, key) in one round trip, in order, keeping the answers
-        for the `claim` calls that follow (the core claims one at a time). The pipeline holds the commands the
-        claims would send one by one, in the same order: every key's commands keep their order, so the answers are
-        those of claiming one after the other. Answers not asked for are dropped at the next prime."""
+        for the `claim` calls that follow (the core claims one at a time). On a single server one script call does
+        what the claims would do one after the other; on a Cluster one pipeline holds the commands they would send,
+        in the same order (every key's commands keep their order, so the answers are the same). Answers not asked
+        for are dropped at the next prime."""
         self._primed = {}
-        pipe = self._r.pipeline(transaction=False)
-        queued = [(c, self._queue(pipe, *c)) for c in claims]
-        if not any(parts for _, parts in queued):
+        plans = [(c, self._plan(*c)) for c in claims]
+        todo = [(c, plan) for c, plan in plans if plan is not None]
+        if not todo:
             return
-        answers = pipe.execute()
-        at = 0
-        for (digest, simhash, key), parts in queued:
-            if parts is None:
-                continue
-            taken, at = answers[at : at + parts[0]], at + parts[0]
-            answer = self._answer(taken, parts[1], parts[2], parts[3], parts[4], key)
-            self._primed.setdefault((digest, simhash, key), []).append(answer)
+        if isinstance(self._r, RedisCluster):
+            pipe = self._pipeline()
+            for _, plan in todo:
+                self._queue(pipe, plan)
+            answers, at, replies = pipe.execute(), 0, []
+            for _, plan in todo:
+                n = bool(plan.digest_key) + 8 * bool(plan.member)
+                replies.append(answers[at : at + n])
+                at += n
+        else:
+            args = [a for _, plan in todo for a in (plan.digest_key, plan.key, plan.member, *plan.bands)]
+            found = self._r.eval(_CLAIM_ALL, 0, *args)
+            replies = [
+                ([first] if plan.digest_key else []) + [seen]
+                for (_, plan), (first, seen) in zip(todo, found, strict=True)
+            ]
+        for (claim, plan), reply in zip(todo, replies, strict=True):
+            self._primed.setdefault(claim, []).append(self._answer(reply, plan))
 
     def claim(self, digest: str, simhash: int, key: str) -> BodyClaim:
         """Register `key`'s body; the key first fetched with the same digest (not `key` itself) and whether a
@@ -71,47 +122,53 @@ class RedisBodyIndex:
         primed = self._primed.get((digest, simhash, key))
         if primed:
             return primed.pop(0)
-        pipe = self._r.pipeline(transaction=False)
-        parts = self._queue(pipe, digest, simhash, key)
-        if parts is None:
+        plan = self._plan(digest, simhash, key)
+        if plan is None:
             return BodyClaim(None, False)
-        return self._answer(pipe.execute(), *parts[1:], key)
+        pipe = self._pipeline()
+        self._queue(pipe, plan)
+        return self._answer(pipe.execute(), plan)
 
-    def _queue(self, pipe: Any, digest: str, simhash: int, key: str) -> tuple[int, bool, bool, int, str] | None:
-        """Queue one claim's commands; (how many, digest used, bands used, simhash, own tag), None for none."""
+    def _plan(self, digest: str, simhash: int, key: str) -> _Plan | None:
+        """The keys and member one claim touches; None when it has neither a shareable digest nor bands."""
         # A digest with braces would break the hash tag: such a digest (never one of hostring's) is not shared.
         digest = digest if digest and "{" not in digest and "}" not in digest else ""
         simhash &= _MASK
-        own = hashlib.blake2b(key.encode(), digest_size=4).hexdigest()
         use_bands = bool(simhash) and self.max_distance >= 0
         if not digest and not use_bands:
             return None
-        if digest:
-            pipe.eval(_FIRST_WINS, 1, self.digest_key(digest), key[:_KEY_LIMIT])
-        bands = [(simhash >> (16 * band)) & 0xFFFF for band in range(4)]
-        member = f"{simhash:016x}:{own}"
-        if use_bands:
-            for band, value in enumerate(bands):
-                pipe.smembers(self.band_key(band, value))
-            for band, value in enumerate(bands):
-                pipe.sadd(self.band_key(band, value), member)
-        return int(bool(digest)) + 8 * use_bands, bool(digest), use_bands, simhash, own
+        own = hashlib.blake2b(key.encode(), digest_size=4).hexdigest()
+        bands = [self.band_key(band, (simhash >> (16 * band)) & 0xFFFF) for band in range(4)] if use_bands else []
+        return _Plan(
+            self.digest_key(digest) if digest else "", key[:_KEY_LIMIT], f"{simhash:016x}:{own}" if use_bands else "",
+            bands or ["", "", "", ""], simhash, own,
+        )  # fmt: skip
 
-    def _answer(self, answers: list[Any], digest: bool, use_bands: bool, simhash: int, own: str, key: str) -> BodyClaim:
-        """The BodyClaim of one claim's answers (as _queue queued them)."""
+    def _queue(self, pipe: Any, plan: _Plan) -> None:
+        """One claim's commands: the digest's GET-or-SET, the bands' SMEMBERS, then their SADD."""
+        if plan.digest_key:
+            pipe.execute_command("EVAL", _FIRST_WINS, 1, plan.digest_key, plan.key)
+        if plan.member:
+            for band in plan.bands:
+                pipe.smembers(band)
+            for band in plan.bands:
+                pipe.sadd(band, plan.member)
+
+    def _answer(self, answers: list[Any], plan: _Plan) -> BodyClaim:
+        """The BodyClaim of one claim's answers: the digest's first key (when asked), then band member lists."""
         answers = list(answers)
         first: str | None = None
-        if digest:
+        if plan.digest_key:
             found = answers.pop(0)
             first = text(found) if found else None
-            if first == key[:_KEY_LIMIT]:
+            if first == plan.key:
                 first = None
         near = False
-        if use_bands:
+        if plan.member:
             for bucket in answers[:4]:
                 for raw in bucket:
                     other, _, who = text(raw).partition(":")
-                    if who != own and (int(other, 16) ^ simhash).bit_count() <= self.max_distance:
+                    if who != plan.own and (int(other, 16) ^ plan.simhash).bit_count() <= self.max_distance:
                         near = True
                         break
                 if near:

@@ -88,8 +88,9 @@ return {1}
 # One call for a whole flush on a single Redis server (not a Cluster: the keys of many domains, built here from
 # the namespace rather than declared, live in many slots). KEYS: 1 instance marker. ARGV: 1 writer, 2 epoch,
 # 3 namespace, 4 the instance marker the writer opened with, 5 JSON array of domain batches
-# [domain, held, jmax, imax, [line, ...], [key, packed row, ...], [origin, packed record, ...]] where `held` is 1
-# when the writer set the domain's fence before (a missing fence then means lost data).
+# [domain, held, jmax, imax, [line, ...], [key, packed row, ...], [origin, packed record, ...], named] where `held`
+# is 1 when the writer set the domain's fence before (a missing fence then means lost data) and `named` is 1 when
+# the domain's writers set already names the writer (no SADD).
 # Answers {0, marker} when the marker is not the writer's (nothing written); {2, [domain, ...]} when fences the
 # writer held are gone (nothing written); else {1, [domain, owner, epoch, ...]}: the refused domains (their
 # batches not applied; every other domain's was). Per domain it applies what WRITE_LUA does, with one HMGET and
@@ -146,7 +147,7 @@ for i, b in ipairs(batches) do
     local d = ns .. ':{d:' .. b[1] .. '}:'
     local lines, rows, robots = b[5], b[6], b[7]
     if #lines > 0 then
-      redis.call('SADD', d .. 'writers', writer)
+      if b[8] ~= 1 then redis.call('SADD', d .. 'writers', writer) end
       local scored = {}
       for n, line in ipairs(lines) do
         scored[2 * n - 1] = 0

@@ -3,17 +3,20 @@
 Key layout and the stored forms of rows, journal lines and robots records are in codec.py; the Lua scripts
 that apply a domain's batch, claim its fence and read a backlog page are in scripts.py.
 
-Fencing: every flush writes each domain with one Lua script (EVALSHA, all keys in the domain's slot) that
-first reads the fence: the batch is refused whole when the fence epoch is greater than the writer's, or equal
-with another owner, and the store raises FencedOut. Otherwise the batch lands atomically, and when the
+Fencing: every flush writes each domain's batch with a Lua script that first reads the domain's fence (one call
+per domain on a Cluster, all keys in the domain's slot; one call for every domain on a single server): the batch
+is refused whole when the fence epoch is greater than the writer's, or equal with another owner, and the store
+raises FencedOut. Otherwise the batch lands atomically, and when the
 writer's epoch is newer than the fence the write also moves the fence to (writer, epoch): under the newer ring
 the writer owns the domain, and every node still on an older epoch is locked out from then on. `claim()` sets
 the fence explicitly (epoch >= fence epoch, any owner).
 
-Flush: node-scoped writes (domain set, lookup tables, meta, orphan lines) go first, in their own round trip
-and only when there are any, so the domain set names a domain before the domain holds data; then every
-domain's script call in one non-transactional pipeline. Atomic per domain, not across domains (a Cluster has
-no cross-slot transaction): a FencedOut names the refused domains, and every other domain's batch landed.
+Flush on a single server: one round trip. One non-transactional pipeline holds the node-scoped writes (domain
+set, lookup tables, meta, orphan lines, mail), so the domain set names a domain before the domain holds data,
+then one write_all script call for every domain's batch (scripts.WRITE_ALL_LUA: the same per-domain fence rule,
+the batch JSON built once per flush). On a Cluster: the node-scoped writes in their own round trip, then one
+script call per domain in one pipeline (a script cannot span slots there). Atomic per domain either way, not
+across domains: a FencedOut names the refused domains, and every other domain's batch landed.
 A `note()` goes to the domain its key names (the node's key table, else the URL in the key); a key that is
 not a URL goes to the node's orphan lines.
 
@@ -138,6 +141,7 @@ class RedisStore(DomainHandoff):
         self._links_out: dict[str, list[list[object]]] = {}
         self._posts: dict[str, list[str]] = {}
         self._fenced_here: set[str] = set()
+        self._named_writer: set[str] = set()  # domains whose writers set names this node (write_all skips the SADD)
         self._lost: StoreLost | None = None
         self._instance_key = f"{namespace}:{{all}}:instance"
         self._r.set(self._instance_key, uuid.uuid4().hex, nx=True)
@@ -428,6 +432,7 @@ class RedisStore(DomainHandoff):
             domain, int(domain in self._fenced_here),
             f"{jmax:020d}" if jmax >= 0 else "", f"{batch.imax:020d}" if batch.imax >= 0 else "",
             lines, [s for pair in batch.rows.items() for s in pair], [s for pair in batch.robots.items() for s in pair],
+            int(domain in self._named_writer),
         ]  # fmt: skip
 
     def _applied(self, domains: list[str], epoch: int, res: Any) -> None:
@@ -445,9 +450,11 @@ class RedisStore(DomainHandoff):
         fenced = [FencedOut(flat[i], epoch, int(flat[i + 2]), flat[i + 1]) for i in range(0, len(flat), 3)]
         refused = {f.domain for f in fenced}
         for domain in domains:
-            del self._batches[domain]
+            batch = self._batches.pop(domain)
             if domain not in refused:
                 self._fenced_here.add(domain)
+                if batch.entries:
+                    self._named_writer.add(domain)
         if fenced:
             first = fenced[0]
             raise FencedOut(first.domain, epoch, first.fence_epoch, first.owner, others=tuple(fenced[1:]))
