@@ -16,13 +16,20 @@
      afterwards: no fence in Redis names it).
    - failure: one more node gets SIGKILL; it leaves after the heartbeat timeout, which dominates the figure.
 2. Throughput, for 1, 2 and 3 nodes, each configuration on a flushed Redis with a fresh coordinator and nodes
-   (`--delay 0`). The client is this process, with two threads per node:
+   (`--delay 0`), and for one node on a SQLite store (the same workload; `hostring node --store sqlite://`, no
+   coordinator). The client is this process, with two threads per node:
    - Discover: `links` distinct URLs over `hosts` hosts, routed to the ring owner of their domain (routing and
      serialization done before the clock starts; the routing cost is given on its own), batches of 256;
-     figure: links admitted per second.
+     figure: links admitted per second (every admission journaled).
    - Lease+Complete: the client plays the worker. Robots items are leased and completed 404 first (not timed),
-     then Lease(max_items=256) and one Complete per item (the batch's Completes in flight at once) until
-     `lease_pages` pages are done; figure: URLs leased and completed per second.
+     then Lease(max_items=256) and one CompleteBatch with the lease's items, as a busy worker coalesces them,
+     until `lease_pages` pages are done; figure: URLs leased and completed per second.
+   Beside each figure: CPU milliseconds per URL of the node processes and of Redis (INFO cpu, used_cpu_sys +
+   used_cpu_user), and Redis round trips, script calls and commands per URL. Round trips are Redis's reply write
+   events (INFO stats total_writes_processed: one per request or pipeline answered; the read events are given too,
+   but a large request arrives in several reads of 16 KB), script calls the EVALSHA
+   and EVAL calls of INFO commandstats, commands INFO stats total_commands_processed (the commands scripts run
+   included); each includes the nodes' idle polling (ring watch, inbox, heartbeats) during the phase.
 
 Every process (redis-server, coordinator, nodes and this client) shares this machine's CPUs, so the figures
 for 2 and 3 nodes measure how the cluster divides the same cores, not added machines; CPU seconds of each
@@ -49,9 +56,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import grpc
 import redis
 
-from bench.node import cpu_seconds, machine
+from bench.node import NodeProcess, cpu_seconds, machine
 from frontier_node.store.redis import RedisStore
 from hostring.limits import grpc_options
 from hostring.ring import Ring
@@ -92,8 +100,9 @@ class Workload:
             discover_client=f"this process; links routed by ring owner, {self.batch} per Discover, serialized "
             f"before the clock starts; {self.streams_per_node} threads per node, one call in flight each",
             lease_client=f"this process plays the worker; {self.streams_per_node} threads per node, each "
-            f"Lease(max_items={self.lease_batch}) then one Complete per item, a batch's Completes in flight at "
-            "once; outcome 200 with a unique digest and simhash, no links; robots completed 404 before the clock",
+            f"Lease(max_items={self.lease_batch}) then one CompleteBatch of the lease's items; outcome 200 with a "
+            "unique digest and simhash, no links; robots completed 404 before the clock",
+            sqlite="one `hostring node --store sqlite:///... --delay 0` process, no coordinator, same client",
         )
         return d
 
@@ -154,13 +163,36 @@ def url(u: int, hosts: int) -> str:
     return f"http://site{u % hosts}.com/p/{u}"
 
 
-def route(ring: Ring, urls: Sequence[str]) -> dict[str, list[str]]:
-    """node id -> its URLs, by the ring owner of each URL's registrable domain (as the worker routes)."""
+@dataclass
+class Target:
+    """The nodes a throughput run talks to: addresses, channels, the owner of a domain, pids, and their Redis."""
+
+    addresses: dict[str, str]
+    channel: Callable[[str], grpc.Channel]
+    owner: Callable[[str], str]
+    pids: dict[str, int]
+    redis: redis.Redis | None = None
+
+    def frontier(self, node_id: str) -> pb_grpc.FrontierStub:
+        return pb_grpc.FrontierStub(self.channel(self.addresses[node_id]))  # type: ignore[no-untyped-call]
+
+
+def cluster_target(c: BenchCluster, ring: Ring, client: redis.Redis | None) -> Target:
+    """The nodes of a cluster, routed by `ring` as a worker routes."""
+
+    def owner(domain: str) -> str:
+        node = ring.owner(domain)
+        assert node is not None
+        return node.node_id
+
+    return Target(dict(c.addresses), c.channel, owner, _pids(c), client)
+
+
+def route(owner: Callable[[str], str], urls: Sequence[str]) -> dict[str, list[str]]:
+    """node id -> its URLs, by the owner of each URL's registrable domain (as the worker routes)."""
     out: dict[str, list[str]] = {}
     for u in urls:
-        owner = ring.owner(identify(u).domain)
-        assert owner is not None
-        out.setdefault(owner.node_id, []).append(u)
+        out.setdefault(owner(identify(u).domain), []).append(u)
     return out
 
 
@@ -182,15 +214,30 @@ def _run_threads(targets: Sequence[Callable[[], None]]) -> None:
         raise errors[0]
 
 
-class CpuWatch:
-    """Wall seconds and the CPU seconds of this process and of given pids over a `with` block."""
+def redis_counters(client: redis.Redis) -> dict[str, Any]:
+    """Redis's own CPU seconds, read events, client commands and commandstats calls by command, now."""
+    cpu, stats, commands = client.info("cpu"), client.info("stats"), client.info("commandstats")
+    return {
+        "cpu_s": float(cpu["used_cpu_sys"]) + float(cpu["used_cpu_user"]),
+        "reads": int(stats["total_reads_processed"]),
+        "writes": int(stats["total_writes_processed"]),
+        "commands": int(stats["total_commands_processed"]),
+        "calls": {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in commands.items()},
+    }
 
-    def __init__(self, pids: dict[str, int]) -> None:
+
+class CpuWatch:
+    """Wall seconds, the CPU seconds of this process and of given pids, and Redis's counters over a `with` block."""
+
+    def __init__(self, pids: dict[str, int], client: redis.Redis | None = None) -> None:
         self.pids = pids
+        self.client = client
         self.wall = 0.0
         self.cpu: dict[str, float] = {}
+        self.redis: dict[str, Any] = {}
 
     def __enter__(self) -> CpuWatch:
+        self._r = redis_counters(self.client) if self.client is not None else None
         self._t = time.perf_counter()
         self._c = {"client": cpu_seconds(), **{n: cpu_seconds(p) for n, p in self.pids.items()}}
         return self
@@ -199,12 +246,37 @@ class CpuWatch:
         self.wall = time.perf_counter() - self._t
         now = {"client": cpu_seconds(), **{n: cpu_seconds(p) for n, p in self.pids.items()}}
         self.cpu = {n: round(now[n] - self._c[n], 3) for n in now}
+        if self.client is not None and self._r is not None:
+            after = redis_counters(self.client)
+            calls = {k: n - self._r["calls"].get(k, 0) for k, n in after["calls"].items()}
+            self.redis = {
+                "cpu_s": round(after["cpu_s"] - self._r["cpu_s"], 3),
+                "round_trips": after["writes"] - self._r["writes"],
+                "read_events": after["reads"] - self._r["reads"],
+                "commands": after["commands"] - self._r["commands"],
+                "script_calls": calls.get("evalsha", 0) + calls.get("eval", 0),
+                "calls_by_command": dict(sorted(((k, n) for k, n in calls.items() if n), key=lambda kv: -kv[1])),
+            }
+
+    def per_url(self, urls: int) -> dict[str, float]:
+        """CPU milliseconds of the nodes and Redis, Redis round trips and commands, each per URL."""
+        n = max(1, urls)
+        nodes = _node_cpu(self.cpu)
+        redis_cpu = self.redis.get("cpu_s", 0.0)
+        return {
+            "node_cpu_ms": 1000 * nodes / n,
+            "redis_cpu_ms": 1000 * redis_cpu / n,
+            "cpu_ms": 1000 * (nodes + redis_cpu) / n,
+            "redis_round_trips": self.redis.get("round_trips", 0) / n,
+            "redis_commands": self.redis.get("commands", 0) / n,
+            "redis_script_calls": self.redis.get("script_calls", 0) / n,
+        }
 
 
-def discover_all(c: BenchCluster, ring: Ring, urls: Sequence[str], w: Workload) -> dict[str, Any]:
+def discover_all(t: Target, urls: Sequence[str], w: Workload) -> dict[str, Any]:
     """Send `urls` to their owners in batches, `streams_per_node` threads per node; timed, with CPU per process."""
     t0 = time.perf_counter()
-    routed = route(ring, urls)
+    routed = route(t.owner, urls)
     routing_s = time.perf_counter() - t0
     payloads = {
         n: [pb.DiscoverRequest(links=[pb.Link(observed=u) for u in us[i : i + w.batch]], worker_id="bench")
@@ -214,7 +286,7 @@ def discover_all(c: BenchCluster, ring: Ring, urls: Sequence[str], w: Workload) 
     tallies: list[Counter[int]] = []
     targets: list[Callable[[], None]] = []
     for n, batches in payloads.items():
-        call = c.channel(c.addresses[n]).unary_unary(
+        call = t.channel(t.addresses[n]).unary_unary(
             _DISCOVER_METHOD, request_serializer=None, response_deserializer=pb.DiscoverResponse.FromString
         )
         counter = itertools.count()
@@ -232,7 +304,7 @@ def discover_all(c: BenchCluster, ring: Ring, urls: Sequence[str], w: Workload) 
                     tally.update(v.verdict for v in call(batches[i], timeout=RPC_TIMEOUT_S).verdicts)
 
             targets.append(stream)
-    with CpuWatch(_pids(c)) as cw:
+    with CpuWatch(t.pids, t.redis) as cw:
         _run_threads(targets)
     total: Counter[int] = sum(tallies, Counter())
     return {
@@ -243,9 +315,11 @@ def discover_all(c: BenchCluster, ring: Ring, urls: Sequence[str], w: Workload) 
         "seconds": round(cw.wall, 3),
         "admitted_per_s": total[pb.ADMITTED] / cw.wall,
         "admitted_per_node_cpu_s": total[pb.ADMITTED] / _node_cpu(cw.cpu),
+        "per_url": cw.per_url(total[pb.ADMITTED]),
         "links_per_node": {n: len(us) for n, us in routed.items()},
         "routing_links_per_s_client": len(urls) / routing_s if routing_s else 0.0,
         "cpu_s": cw.cpu,
+        "redis": cw.redis,
     }
 
 
@@ -275,18 +349,24 @@ def _outcome(item: pb.LeaseItem, n: int) -> pb.CompleteRequest:
     return pb.CompleteRequest(lease_id=item.lease_id, generation=item.generation, outcome=outcome, worker_id="bench")
 
 
-def lease_complete_all(c: BenchCluster, w: Workload) -> dict[str, Any]:
-    """Robots first on every node (untimed), then Lease+Complete on every node at once until lease_pages are done."""
+def _complete(stub: pb_grpc.FrontierStub, items: Sequence[pb.LeaseItem], seq: Iterator[int]) -> int:
+    """One CompleteBatch of a lease's items; how many were accepted."""
+    batch = pb.CompleteBatchRequest(completions=[_outcome(it, next(seq)) for it in items])
+    return sum(1 for r in stub.CompleteBatch(batch, timeout=RPC_TIMEOUT_S).results if r.accepted)
+
+
+def lease_complete_all(t: Target, w: Workload) -> dict[str, Any]:
+    """Robots first on every node (untimed), then Lease+CompleteBatch on every node at once until lease_pages are
+    done."""
     seq = itertools.count(1)
     robots = 0
-    for n in c.addresses:
-        stub = c.frontier(n)
+    for n in t.addresses:
+        stub = t.frontier(n)
         while True:
             items = stub.Lease(pb.LeaseRequest(worker_id="bench", max_items=w.lease_batch), timeout=RPC_TIMEOUT_S).items
             robots_items = [it for it in items if it.kind == pb.ROBOTS]
-            futures = [stub.Complete.future(_outcome(it, next(seq)), timeout=RPC_TIMEOUT_S) for it in items]
-            for f in futures:
-                f.result()
+            if items:
+                _complete(stub, items, seq)
             robots += len(robots_items)
             if not robots_items:
                 break
@@ -294,8 +374,8 @@ def lease_complete_all(c: BenchCluster, w: Workload) -> dict[str, Any]:
     done = Counter[str]()
     refused = [0]
     targets: list[Callable[[], None]] = []
-    for n in c.addresses:
-        stub = c.frontier(n)
+    for n in t.addresses:
+        stub = t.frontier(n)
         for s in range(w.streams_per_node):
 
             def stream(stub: pb_grpc.FrontierStub = stub, n: str = n, worker: str = f"bench-{n}-{s}") -> None:
@@ -307,14 +387,13 @@ def lease_complete_all(c: BenchCluster, w: Workload) -> dict[str, Any]:
                     items = stub.Lease(req, timeout=RPC_TIMEOUT_S).items
                     if not items:
                         return
-                    futures = [stub.Complete.future(_outcome(it, next(seq)), timeout=RPC_TIMEOUT_S) for it in items]
-                    accepted = sum(1 for f in futures if f.result().accepted)
+                    accepted = _complete(stub, items, seq)
                     with lock:
                         done[n] += accepted
                         refused[0] += len(items) - accepted
 
             targets.append(stream)
-    with CpuWatch(_pids(c)) as cw:
+    with CpuWatch(t.pids, t.redis) as cw:
         _run_threads(targets)
     total = sum(done.values())
     return {
@@ -323,9 +402,11 @@ def lease_complete_all(c: BenchCluster, w: Workload) -> dict[str, Any]:
         "seconds": round(cw.wall, 3),
         "urls_per_s": total / cw.wall,
         "urls_per_node_cpu_s": total / _node_cpu(cw.cpu),
+        "per_url": cw.per_url(total),
         "urls_per_node": dict(done),
         "robots_completed_untimed": robots,
         "cpu_s": cw.cpu,
+        "redis": cw.redis,
     }
 
 
@@ -341,7 +422,7 @@ def membership_figures(tmp: Path, srv: RedisServer, w: Workload) -> dict[str, An
         with cluster(tmp, srv, ["n1", "n2", "n3"], log_level="INFO") as c:
             ring3 = c.ring()
             urls = [url(u, w.hosts) for u in range(w.hosts * w.urls_per_host_membership)]
-            populated = discover_all(c, ring3, urls, w)
+            populated = discover_all(cluster_target(c, ring3, None), urls, w)
             domains = sorted(judge.all_domains())
             out["domains"] = len(domains)
             out["urls"] = populated["admitted"]
@@ -418,20 +499,46 @@ def throughput_figures(tmp: Path, srv: RedisServer, w: Workload) -> dict[str, An
     """Discover and Lease+Complete for each node count, each on a flushed Redis and a fresh cluster."""
     out: dict[str, Any] = {}
     urls = [url(u, w.hosts) for u in range(w.links)]
-    for k in w.node_counts:
-        srv.flush()
-        node_ids = [f"n{i + 1}" for i in range(k)]
-        run_dir = tmp / f"nodes-{k}"
-        run_dir.mkdir()
-        with cluster(run_dir, srv, node_ids) as c:
-            ring = c.ring()
-            disc = discover_all(c, ring, urls, w)
-            lc = lease_complete_all(c, w)
-        out[str(k)] = {"discover": disc, "lease_complete": lc}
+    client = redis.Redis.from_url(srv.url)
+    try:
+        for k in w.node_counts:
+            srv.flush()
+            node_ids = [f"n{i + 1}" for i in range(k)]
+            run_dir = tmp / f"nodes-{k}"
+            run_dir.mkdir()
+            with cluster(run_dir, srv, node_ids) as c:
+                t = cluster_target(c, c.ring(), client)
+                disc = discover_all(t, urls, w)
+                lc = lease_complete_all(t, w)
+            out[str(k)] = {"discover": disc, "lease_complete": lc}
+    finally:
+        client.close()
     return out
 
 
-def run(w: Workload) -> dict[str, Any]:
+def sqlite_figures(tmp: Path, w: Workload) -> dict[str, Any]:
+    """Discover and Lease+Complete on one node on a SQLite store, with the same client."""
+    urls = [url(u, w.hosts) for u in range(w.links)]
+    node = NodeProcess(tmp / "sqlite-node.db", tmp / "sqlite-node.log")
+    channels: dict[str, grpc.Channel] = {}
+
+    def channel(address: str) -> grpc.Channel:
+        if address not in channels:
+            channels[address] = grpc.insecure_channel(address, options=grpc_options())
+        return channels[address]
+
+    try:
+        t = Target({"n1": f"127.0.0.1:{node.port}"}, channel, lambda _: "n1", {"n1": node.proc.pid})
+        disc = discover_all(t, urls, w)
+        lc = lease_complete_all(t, w)
+    finally:
+        for ch in channels.values():
+            ch.close()
+        node.stop()
+    return {"discover": disc, "lease_complete": lc}
+
+
+def run(w: Workload, membership: bool = True) -> dict[str, Any]:
     figures: dict[str, Any] = {"machine": machine(), "workload": w.describe()}
     cores = figures["machine"]["cores_usable"]
     figures["machine"]["note"] = (
@@ -440,10 +547,12 @@ def run(w: Workload) -> dict[str, Any]:
     if shutil.which("redis-server") is None:
         raise SystemExit("bench.cluster needs redis-server on PATH")
     with tempfile.TemporaryDirectory(prefix="hostring-bench-cluster-") as tmp, RedisServer(Path(tmp)) as srv:
-        mdir = Path(tmp) / "membership"
-        mdir.mkdir()
-        figures["membership"] = membership_figures(mdir, srv, w)
+        if membership:
+            mdir = Path(tmp) / "membership"
+            mdir.mkdir()
+            figures["membership"] = membership_figures(mdir, srv, w)
         figures["throughput"] = throughput_figures(Path(tmp), srv, w)
+        figures["sqlite"] = sqlite_figures(Path(tmp), w)
     figures["machine"]["loadavg_end"] = list(os.getloadavg())
     return figures
 
@@ -452,20 +561,9 @@ def _cpu(cpu: dict[str, float]) -> str:
     return ", ".join(f"{n} {s:.1f}" for n, s in sorted(cpu.items()) if s >= 0.05)
 
 
-def table(f: dict[str, Any]) -> str:
-    m, w, mem = f["machine"], f["workload"], f["membership"]
-    load = ", ".join(f"{x:.1f}" for x in m["loadavg_start"])
+def _membership_lines(mem: dict[str, Any]) -> list[str]:
     j, lv, fk = mem["join"], mem["leave_sigterm"], mem["failure_sigkill"]
-    lines = [
-        f"machine: {m['cores']} cores ({m['cores_usable']} usable), {m['cpu_model']}, "
-        f"{m['ram_bytes'] / 2**30:.1f} GiB, {m['python_implementation']} {m['python']}, grpcio {m['grpcio']}, "
-        f"{m['platform']}; load average {load} at the start, {m['loadavg_end'][0]:.1f} at the end",
-        f"  {m['note']}: figures for more nodes show how they divide the same cores",
-        f"workload: {w['url_shape']}",
-        f"  nodes: {w['nodes']}; coordinator: {w['coordinator']}",
-        f"  Discover: {w['links']:,} distinct links over {w['hosts']:,} hosts; {w['discover_client']}",
-        f"  Lease+Complete: {w['lease_pages']:,} pages; {w['lease_client']}",
-        "",
+    return [
         f"membership, 3 nodes holding {mem['domains']:,} domains / {mem['urls']:,} URLs in Redis:",
         f"  join of a 4th node: moved {j['moved_fraction']:.3f} of the domains (ideal {j['ideal_fraction']:.3f}; "
         f"{j['moved_domains']:,}, all to the new node: {j['moved_to_new_node_only']}, new node logged "
@@ -482,15 +580,43 @@ def table(f: dict[str, Any]) -> str:
         f"{fk['kill_to_left_ring_s']:.2f}s after the kill, {fk['moved_domains']:,} domains adopted "
         f"{fk['settle_s_from_kill']:.2f}s after it",
         "",
-        f"{'nodes':>5} {'Discover admitted/s':>20} {'per node CPU-s':>15} {'Lease+Complete URLs/s':>22} "
-        f"{'per node CPU-s':>15}   CPU seconds by process (Discover | Lease+Complete)",
     ]  # fmt: skip
-    for k, t in f["throughput"].items():
+
+
+def _phase_line(name: str, what: str, rate: float, p: dict[str, float], cpu: dict[str, float]) -> str:
+    return (
+        f"{name:>8} {what:<15} {rate:>9,.0f}/s {p['node_cpu_ms']:>8.3f} {p['redis_cpu_ms']:>8.3f} {p['cpu_ms']:>8.3f}"
+        f" {p['redis_round_trips']:>8.4f} {p['redis_script_calls']:>8.4f} {p['redis_commands']:>8.2f}   {_cpu(cpu)}"
+    )
+
+
+def table(f: dict[str, Any]) -> str:
+    m, w = f["machine"], f["workload"]
+    load = ", ".join(f"{x:.1f}" for x in m["loadavg_start"])
+    lines = [
+        f"machine: {m['cores']} cores ({m['cores_usable']} usable), {m['cpu_model']}, "
+        f"{m['ram_bytes'] / 2**30:.1f} GiB, {m['python_implementation']} {m['python']}, grpcio {m['grpcio']}, "
+        f"{m['platform']}; load average {load} at the start, {m['loadavg_end'][0]:.1f} at the end",
+        f"  {m['note']}: figures for more nodes show how they divide the same cores",
+        f"workload: {w['url_shape']}",
+        f"  nodes: {w['nodes']}; coordinator: {w['coordinator']}",
+        f"  Discover: {w['links']:,} distinct links over {w['hosts']:,} hosts; {w['discover_client']}",
+        f"  Lease+Complete: {w['lease_pages']:,} pages; {w['lease_client']}",
+        f"  SQLite row: {w['sqlite']}",
+        "",
+        *(_membership_lines(f["membership"]) if "membership" in f else []),
+        "per URL: CPU ms of the node processes, of Redis (INFO cpu) and both; Redis round trips (reply writes), "
+        "script calls (EVALSHA) and commands (those scripts run included)",
+        f"{'nodes':>8} {'phase':<15} {'rate':>11} {'node ms':>8} {'redis ms':>8} {'CPU ms':>8} {'trips':>8} "
+        f"{'scripts':>8} {'cmds':>8}   CPU seconds by process",
+    ]  # fmt: skip
+    rows = [(f"{k} redis", t) for k, t in f["throughput"].items()]
+    if "sqlite" in f:
+        rows.append(("1 sqlite", f["sqlite"]))
+    for name, t in rows:
         d, lc = t["discover"], t["lease_complete"]
-        lines.append(
-            f"{k:>5} {d['admitted_per_s']:>20,.0f} {d['admitted_per_node_cpu_s']:>15,.0f} {lc['urls_per_s']:>22,.0f} "
-            f"{lc['urls_per_node_cpu_s']:>15,.0f}   {_cpu(d['cpu_s'])} | {_cpu(lc['cpu_s'])}"
-        )
+        lines.append(_phase_line(name, "Discover", d["admitted_per_s"], d["per_url"], d["cpu_s"]))
+        lines.append(_phase_line(name, "Lease+Complete", lc["urls_per_s"], lc["per_url"], lc["cpu_s"]))
     first = next(iter(f["throughput"].values()))["discover"]
     lines.append(
         f"(client-side routing by ring, identify() + owner(): {first['routing_links_per_s_client']:,.0f} "
@@ -503,8 +629,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.cluster", description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     parser.add_argument("--quick", action="store_true", help="a short run: 1k hosts, 10k links, 3k pages")
+    parser.add_argument("--no-membership", action="store_true", help="throughput figures only")
     args = parser.parse_args(argv)
-    figures = run(QUICK if args.quick else Workload())
+    figures = run(QUICK if args.quick else Workload(), membership=not args.no_membership)
     print(json.dumps(figures, indent=2) if args.json else table(figures))
     return 0
 

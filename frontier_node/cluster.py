@@ -37,6 +37,8 @@ from hostring.ring import EMPTY_RING, Ring
 log = logging.getLogger("hostring.node")
 
 MAIL_POLL_S = 0.2
+_OWNED_CACHE = 1_000_000
+"""Domains whose ownership a node remembers per ring before it starts over."""
 """How often the slice looks for mail when it found none the last time (at once again when it found some)."""
 
 
@@ -54,7 +56,10 @@ class Slice:
         self.store = store
         self.lock = lock
         self.ring: Ring = EMPTY_RING
+        self._owned_ring: Ring = EMPTY_RING
+        self._owned: dict[str, bool] = {}
         self._frontier: Frontier | None = None
+        self.bodies: RedisBodyIndex | None = None
         self.on_ready = on_ready
         self.fenced: set[str] = set()
         self.handoffs = 0
@@ -76,12 +81,21 @@ class Slice:
         index the cluster-wide one."""
         self._frontier = frontier
         if frontier is not None:
-            frontier.attach_cluster(self.store, RedisBodyIndex(
+            self.bodies = RedisBodyIndex(
                 self.store.client, self.store.namespace, frontier.config.near_duplicate_distance
-            ))  # fmt: skip
+            )
+            frontier.attach_cluster(self.store, self.bodies)
 
     def owns(self, domain: str) -> bool:
-        return domain not in self.fenced and self.ring.owns(self.node_id, domain)
+        """Whether this node owns `domain` now; the ring's answers are remembered per ring (a ring lookup hashes
+        the domain, and the core asks once per link)."""
+        ring = self.ring
+        if ring is not self._owned_ring or len(self._owned) > _OWNED_CACHE:
+            self._owned_ring, self._owned = ring, {}
+        owned = self._owned.get(domain)
+        if owned is None:
+            owned = self._owned[domain] = ring.owns(self.node_id, domain)
+        return owned and domain not in self.fenced
 
     def epoch(self) -> int:
         return self.ring.epoch

@@ -27,6 +27,8 @@ DISCOVER_SLICE = 1_000
 """Links of one Discover applied per batch (about 10 ms of core time)."""
 COMPLETE_SLICE = 1_000
 """Completions plus their links applied per batch (at least one completion, whatever its links)."""
+Claim = tuple[str, int, str]
+"""A body a completion registers: (digest, simhash, key); a cluster registers a slice's bodies ahead at once."""
 
 
 class Step(enum.Enum):
@@ -155,6 +157,9 @@ class Settled:
 class Complete(Op[list[Settled]]):
     """Settle leases in request order, in slices of about COMPLETE_SLICE completions-plus-links.
 
+    With `prime` (a cluster's shared body index), the bodies a slice's completions will register are registered
+    first in one call, in request order, and the core's claims then read the answers.
+
     Links whose domain another node owns go to the outbox in the same commit when there is one (the reply then
     carries none), else back in `forward`. A lease whose domain this node does not own answers wrong_owner.
     With `lease` (worker id, how many), the last slice then leases up to that many items for the worker in the
@@ -162,23 +167,39 @@ class Complete(Op[list[Settled]]):
     allows); they are in `leased` once the op finished (none in a domain a newer owner fenced).
     """
 
-    def __init__(self, completions: Sequence[Any], outbox: Outbox | None, lease: tuple[str, int] | None = None) -> None:
+    def __init__(
+        self,
+        completions: Sequence[Any],
+        outbox: Outbox | None,
+        lease: tuple[str, int] | None = None,
+        prime: Callable[[list[Claim]], None] | None = None,
+    ) -> None:
         super().__init__()
         self.completions = completions
         self.outbox = outbox
         self.lease = lease
         self.leased: list[Item] = []
+        self.prime = prime
         self.settled: list[tuple[Settled, str]] = []  # (answer, the lease's domain), in request order
         self._slice_from = 0  # the first completion of the slice the current commit holds
 
     def run(self, core: Frontier) -> Step:
         self.started = True
-        self._slice_from = len(self.settled)
-        budget = COMPLETE_SLICE
-        while len(self.settled) < len(self.completions) and (budget > 0 or len(self.settled) == self._slice_from):
-            request = self.completions[len(self.settled)]
-            budget -= 1 + len(request.links)
-            self.settled.append(self._one(core, request))
+        start = self._slice_from = len(self.settled)
+        end, budget = start, COMPLETE_SLICE
+        while end < len(self.completions) and (budget > 0 or end == start):
+            budget -= 1 + len(self.completions[end].links)
+            end += 1
+        primed = self.prime is not None and end - start > 1
+        if self.prime is not None and primed:
+            claims = [core.body_claim(r.lease_id, r.generation, r.outcome) for r in self.completions[start:end]]
+            self.prime([c for c in claims if c is not None])
+        try:
+            for request in self.completions[start:end]:
+                self.settled.append(self._one(core, request))
+        finally:
+            if self.prime is not None and primed:
+                self.prime([])  # answers not asked for must not answer a later claim
         if len(self.settled) < len(self.completions):
             return Step.MORE
         if self.lease is not None and self.lease[1] > 0:

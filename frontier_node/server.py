@@ -180,6 +180,7 @@ def start_node(
         outbox=outbox,
         reader=reader,
         store_timer=timer,
+        prime_bodies=slice_.bodies.prime if slice_ is not None and slice_.bodies is not None else None,
     )
     loop, loop_thread = start_loop("node-loop")
     service.start()

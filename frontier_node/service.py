@@ -28,7 +28,7 @@ from frontier_node.core.records import Item, Kind, LinkVerdict
 from frontier_node.core.revisit import describe
 from frontier_node.core.views import CoverageInput, HostView
 from frontier_node.core_thread import CoreThread, NodeUnavailable
-from frontier_node.ops import Call, Complete, Discover, Lease, Op, Settled
+from frontier_node.ops import Call, Claim, Complete, Discover, Lease, Op, Settled
 from frontier_node.reading import StoreReader
 from frontier_node.report import coverage_report
 from frontier_node.wire import DecodeWarnings, handlers
@@ -66,8 +66,10 @@ class FrontierService:
         outbox: Outbox | None = None,
         reader: StoreReader | None = None,
         store_timer: AbstractContextManager[object] | None = None,
+        prime_bodies: Callable[[list[Claim]], None] | None = None,
     ) -> None:
         self.frontier = frontier
+        self.prime_bodies = prime_bodies
         self.node_id = node_id
         self.epoch = epoch
         self.cond = lock or threading.Condition()
@@ -203,7 +205,7 @@ class FrontierService:
         await self._reply_room(request, len(request.completions), context)
         good = [c for i, c in enumerate(request.completions) if i not in refused]
         want = (request.worker_id, request.lease_max_items) if request.lease_max_items else None
-        op = Complete(good, self.outbox, want)
+        op = Complete(good, self.outbox, want, self.prime_bodies)
         done: list[Settled] = await self._run(op, context)
         settled = iter(done)
         answers = [

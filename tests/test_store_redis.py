@@ -310,3 +310,50 @@ def test_forwarded_links_keep_their_client_payload(make_store: MakeStore) -> Non
     rows = [row for _id, message in mail["a.example"] for row in message["l"]]
     assert [row_link(r) for r in rows] == sent
     assert row_link(["http://a.example/z", "", "", 1, 0, 0, False]).payload == b""
+
+
+# -- round trips -------------------------------------------------------------------------------------------
+
+
+def _calls(client: redis.Redis) -> dict[str, int]:
+    return {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in client.info("commandstats").items()}
+
+
+def test_a_flush_of_many_domains_on_one_server_is_one_script_call(
+    redis_client: redis.Redis, redis_namespace: str
+) -> None:
+    s = RedisStore(redis_client, node_id="n1", epoch=1, namespace=redis_namespace)
+    jseq = 1
+    for i in range(40):
+        jseq = admit(s, jseq, page("/", f"www.site{i}.org", i + 1))
+    before = _calls(redis_client)
+    s.flush()
+    after = _calls(redis_client)
+    assert after["evalsha"] - before.get("evalsha", 0) == 1
+    assert [i.key for i in s.backlog("www.site7.org", (-(2**63), -1), 10)] == ["https://www.site7.org/"]
+    assert s.counts_by_state() == {"scheduled": 40}
+    assert sum(s.scheduled_counts().values()) == 40
+
+
+def test_primed_body_claims_answer_as_claims_one_by_one(client: Client, redis_namespace: str) -> None:
+    from frontier_node.store.redis.bodies import RedisBodyIndex
+
+    claims = [
+        ("sha256:aa", 0x1111_2222_3333_4444, "https://a.org/1"),
+        ("sha256:bb", 0x1111_2222_3333_4445, "https://b.org/1"),  # near the first
+        ("sha256:aa", 0x7777_8888_9999_0000, "https://c.org/1"),  # the first's exact body
+        ("sha256:cc", 0, "https://d.org/1"),
+        ("sha256:aa", 0x1111_2222_3333_4444, "https://a.org/1"),  # a key claiming its own body again
+    ]
+    one_by_one = RedisBodyIndex(client, redis_namespace + "-seq")
+    expected = [one_by_one.claim(*c) for c in claims]
+    primed = RedisBodyIndex(client, redis_namespace)
+    primed.prime(claims)
+    if isinstance(client, redis.Redis):
+        before = _calls(client)
+        assert [primed.claim(*c) for c in claims] == expected
+        assert sum(_calls(client).values()) - sum(before.values()) == 1  # the claims sent nothing (INFO counts)
+    else:
+        assert [primed.claim(*c) for c in claims] == expected
+    assert [e.first for e in expected] == [None, None, "https://a.org/1", None, None]
+    assert [e.near for e in expected] == [False, True, False, False, True]  # the last: b.org is near

@@ -371,6 +371,20 @@ class Frontier(RobotsItems, Handback, RevisitItems):
         item = self._leases.leased(key)
         return item.domain if item is not None else None
 
+    def body_claim(self, key: str, generation: int, outcome: OutcomeLike) -> tuple[str, int, str] | None:
+        """The (digest, simhash, key) `complete` would register in the body index for this outcome, else None: a
+        shell registers a batch's bodies ahead in one round trip with it (see RedisBodyIndex.prime)."""
+        item = self._leases.leased(key)
+        if item is None or item.generation != generation or item.kind is not Kind.PAGE or item.checked_at > 0:
+            return None
+        if outcome.error_class == HANDED_BACK or not 200 <= outcome.status < 300:
+            return None
+        if not (outcome.body_digest or outcome.simhash) or classify(outcome.status, outcome.error_class)[0] is not (
+            Action.DONE
+        ):
+            return None
+        return outcome.body_digest, outcome.simhash, item.key
+
     # ================================================================== completion
 
     def complete(self, key: str, generation: int, outcome: OutcomeLike, links: Sequence[LinkLike] = ()) -> Completion:

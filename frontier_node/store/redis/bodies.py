@@ -6,15 +6,18 @@ Layout (each key its own hash tag, so a Redis Cluster spreads them over its shar
     ns:{b:<digest>}                 string  the fetch key first fetched with this exact body (first wins: Lua)
     ns:{s:<band>:<16-bit value>}    set     members "<simhash hex>:<key hash hex>" of bodies with that band value
 
-Cost per fetched 2xx page: one round trip, one pipeline of 1 EVAL (GET-or-SET of the digest) plus, when the page
-has a simhash, 4 SMEMBERS and 4 SADD of its bands; about 120 bytes sent and, in Redis, one string (the key, at
-most 512 characters) and four 25-byte set members per distinct body.
+Cost per fetched 2xx page: 1 EVAL (GET-or-SET of the digest) plus, when the page has a simhash, 4 SMEMBERS and
+4 SADD of its bands, in one round trip for a page or, primed, for a whole CompleteBatch slice; about 120 bytes
+sent and, in Redis, one string (the key, at most 512 characters) and four 25-byte set members per distinct body.
 """
 
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Final
+from collections.abc import Sequence
+from typing import Any, Final, NamedTuple
+
+from redis.cluster import RedisCluster
 
 from frontier_node.core.ports import BodyClaim
 from frontier_node.store.redis.codec import check_tag_free, text
@@ -25,8 +28,43 @@ if first then return first end
 redis.call('SET', KEYS[1], ARGV[1])
 return false
 """
+# One call for a batch of claims on a single server (not a Cluster: the keys are in many slots, built by the
+# caller, not declared). ARGV: groups of 7: digest key ("" none), fetch key, band member ("" none), 4 band keys.
+# Per claim, in order, what one claim's pipeline does: the digest's GET-or-SET, then SMEMBERS of the 4 bands and
+# SADD of the member. Answers {first or false, {members of the 4 bands...}} per claim.
+_CLAIM_ALL: Final = """
+local out = {}
+for i = 1, #ARGV, 7 do
+  local first = false
+  if ARGV[i] ~= '' then
+    first = redis.call('GET', ARGV[i])
+    if not first then redis.call('SET', ARGV[i], ARGV[i + 1]) end
+  end
+  local seen = {}
+  if ARGV[i + 2] ~= '' then
+    for b = 3, 6 do
+      for _, m in ipairs(redis.call('SMEMBERS', ARGV[i + b])) do seen[#seen + 1] = m end
+    end
+    for b = 3, 6 do redis.call('SADD', ARGV[i + b], ARGV[i + 2]) end
+  end
+  out[#out + 1] = {first, seen}
+end
+return out
+"""
 _MASK: Final = (1 << 64) - 1
 _KEY_LIMIT: Final = 512
+
+
+class _Plan(NamedTuple):
+    """What one claim touches: the digest's key ("" none), the fetch key as stored, the band member ("" none) and
+    the 4 band keys, with the simhash and the key's own tag for the near check."""
+
+    digest_key: str
+    key: str
+    member: str
+    bands: list[str]
+    simhash: int
+    own: str
 
 
 class RedisBodyIndex:
@@ -37,6 +75,10 @@ class RedisBodyIndex:
         self._r = client
         self._ns = namespace
         self.max_distance = max_distance
+        self._primed: dict[tuple[str, int, str], list[BodyClaim]] = {}
+
+    def _pipeline(self) -> Any:
+        return self._r.pipeline(transaction=False)
 
     def digest_key(self, digest: str) -> str:
         return f"{self._ns}:{{b:{digest}}}"
@@ -44,39 +86,89 @@ class RedisBodyIndex:
     def band_key(self, band: int, value: int) -> str:
         return f"{self._ns}:{{s:{band}:{value:04x}}}"
 
+    def prime(self, claims: Sequence[tuple[str, int, str]]) -> None:
+        """Register a batch of bodies (digest, simhash, key) in one round trip, in order, keeping the answers
+        for the `claim` calls that follow (the core claims one at a time). On a single server one script call does
+        what the claims would do one after the other; on a Cluster one pipeline holds the commands they would send,
+        in the same order (every key's commands keep their order, so the answers are the same). Answers not asked
+        for are dropped at the next prime."""
+        self._primed = {}
+        plans = [(c, self._plan(*c)) for c in claims]
+        todo = [(c, plan) for c, plan in plans if plan is not None]
+        if not todo:
+            return
+        if isinstance(self._r, RedisCluster):
+            pipe = self._pipeline()
+            for _, plan in todo:
+                self._queue(pipe, plan)
+            answers, at, replies = pipe.execute(), 0, []
+            for _, plan in todo:
+                n = bool(plan.digest_key) + 8 * bool(plan.member)
+                replies.append(answers[at : at + n])
+                at += n
+        else:
+            args = [a for _, plan in todo for a in (plan.digest_key, plan.key, plan.member, *plan.bands)]
+            found = self._r.eval(_CLAIM_ALL, 0, *args)
+            replies = [
+                ([first] if plan.digest_key else []) + [seen]
+                for (_, plan), (first, seen) in zip(todo, found, strict=True)
+            ]
+        for (claim, plan), reply in zip(todo, replies, strict=True):
+            self._primed.setdefault(claim, []).append(self._answer(reply, plan))
+
     def claim(self, digest: str, simhash: int, key: str) -> BodyClaim:
         """Register `key`'s body; the key first fetched with the same digest (not `key` itself) and whether a
         body within max_distance bits of `simhash` was registered under another key."""
+        primed = self._primed.get((digest, simhash, key))
+        if primed:
+            return primed.pop(0)
+        plan = self._plan(digest, simhash, key)
+        if plan is None:
+            return BodyClaim(None, False)
+        pipe = self._pipeline()
+        self._queue(pipe, plan)
+        return self._answer(pipe.execute(), plan)
+
+    def _plan(self, digest: str, simhash: int, key: str) -> _Plan | None:
+        """The keys and member one claim touches; None when it has neither a shareable digest nor bands."""
         # A digest with braces would break the hash tag: such a digest (never one of hostring's) is not shared.
         digest = digest if digest and "{" not in digest and "}" not in digest else ""
         simhash &= _MASK
-        own = hashlib.blake2b(key.encode(), digest_size=4).hexdigest()
         use_bands = bool(simhash) and self.max_distance >= 0
-        pipe = self._r.pipeline(transaction=False)
-        if digest:
-            pipe.eval(_FIRST_WINS, 1, self.digest_key(digest), key[:_KEY_LIMIT])
-        bands = [(simhash >> (16 * band)) & 0xFFFF for band in range(4)]
-        member = f"{simhash:016x}:{own}"
-        if use_bands:
-            for band, value in enumerate(bands):
-                pipe.smembers(self.band_key(band, value))
-            for band, value in enumerate(bands):
-                pipe.sadd(self.band_key(band, value), member)
         if not digest and not use_bands:
-            return BodyClaim(None, False)
-        answers = pipe.execute()
+            return None
+        own = hashlib.blake2b(key.encode(), digest_size=4).hexdigest()
+        bands = [self.band_key(band, (simhash >> (16 * band)) & 0xFFFF) for band in range(4)] if use_bands else []
+        return _Plan(
+            self.digest_key(digest) if digest else "", key[:_KEY_LIMIT], f"{simhash:016x}:{own}" if use_bands else "",
+            bands or ["", "", "", ""], simhash, own,
+        )  # fmt: skip
+
+    def _queue(self, pipe: Any, plan: _Plan) -> None:
+        """One claim's commands: the digest's GET-or-SET, the bands' SMEMBERS, then their SADD."""
+        if plan.digest_key:
+            pipe.execute_command("EVAL", _FIRST_WINS, 1, plan.digest_key, plan.key)
+        if plan.member:
+            for band in plan.bands:
+                pipe.smembers(band)
+            for band in plan.bands:
+                pipe.sadd(band, plan.member)
+
+    def _answer(self, answers: list[Any], plan: _Plan) -> BodyClaim:
+        """The BodyClaim of one claim's answers: the digest's first key (when asked), then band member lists."""
+        answers = list(answers)
         first: str | None = None
-        if digest:
+        if plan.digest_key:
             found = answers.pop(0)
             first = text(found) if found else None
-            if first == key[:_KEY_LIMIT]:
+            if first == plan.key:
                 first = None
         near = False
-        if use_bands:
+        if plan.member:
             for bucket in answers[:4]:
                 for raw in bucket:
                     other, _, who = text(raw).partition(":")
-                    if who != own and (int(other, 16) ^ simhash).bit_count() <= self.max_distance:
+                    if who != plan.own and (int(other, 16) ^ plan.simhash).bit_count() <= self.max_distance:
                         near = True
                         break
                 if near:

@@ -85,6 +85,142 @@ end
 return {1}
 """
 
+# One call for a whole flush on a single Redis server (not a Cluster: the keys of many domains, built here from
+# the namespace rather than declared, live in many slots). KEYS: 1 instance marker. ARGV: 1 writer, 2 epoch,
+# 3 namespace, 4 the instance marker the writer opened with, 5 JSON array of domain batches
+# [domain, held, jmax, imax, [line, ...], [key, packed row, ...], [origin, packed record, ...], named] where `held`
+# is 1 when the writer set the domain's fence before (a missing fence then means lost data) and `named` is 1 when
+# the domain's writers set already names the writer (no SADD).
+# Answers {0, marker} when the marker is not the writer's (nothing written); {2, [domain, ...]} when fences the
+# writer held are gone (nothing written); else {1, [domain, owner, epoch, ...]}: the refused domains (their
+# batches not applied; every other domain's was). Per domain it applies what WRITE_LUA does, with one HMGET and
+# one HSET per few thousand rows, one ZREM / ZADD per host and the counters summed before they are written.
+WRITE_ALL_LUA: Final = r"""
+local writer, epoch, ns = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local marker = redis.call('GET', KEYS[1])
+if marker ~= ARGV[4] then return {0, marker} end
+local batches = cjson.decode(ARGV[5])
+local refused, vanished, plan = {}, {}, {}
+for i, b in ipairs(batches) do
+  local fkey = ns .. ':{d:' .. b[1] .. '}:fence'
+  local fence = redis.call('HMGET', fkey, 'owner', 'epoch')
+  if fence[2] then
+    local fenced = tonumber(fence[2])
+    if fenced > epoch or (fenced == epoch and fence[1] ~= writer) then
+      refused[#refused + 1] = b[1]
+      refused[#refused + 1] = fence[1] or ''
+      refused[#refused + 1] = fence[2]
+    else
+      plan[i] = epoch > fenced and fkey or ''
+    end
+  else
+    if b[2] == 1 then vanished[#vanished + 1] = b[1] end
+    plan[i] = fkey
+  end
+end
+if #vanished > 0 then return {2, vanished} end
+local pat = '^([^\031]*)\031([^\031]*)\031([^\031]*)\031([^\031]*)\031()'
+local function chunked(cmd, key, list)
+  local total = 0
+  for s = 1, #list, 4000 do
+    total = total + redis.call(cmd, key, unpack(list, s, math.min(s + 3999, #list)))
+  end
+  return total
+end
+local function hmget(key, fields)
+  local out = {}
+  for s = 1, #fields, 4000 do
+    local r = redis.call('HMGET', key, unpack(fields, s, math.min(s + 3999, #fields)))
+    for _, v in ipairs(r) do out[#out + 1] = v end
+  end
+  return out
+end
+local function counters(key, deltas)
+  for f, n in pairs(deltas) do
+    if n ~= 0 and redis.call('HINCRBY', key, f, n) <= 0 then redis.call('HDEL', key, f) end
+  end
+end
+for i, b in ipairs(batches) do
+  local fkey = plan[i]
+  if fkey then
+    if fkey ~= '' then redis.call('HSET', fkey, 'owner', writer, 'epoch', ARGV[2]) end
+    local d = ns .. ':{d:' .. b[1] .. '}:'
+    local lines, rows, robots = b[5], b[6], b[7]
+    if #lines > 0 then
+      if b[8] ~= 1 then redis.call('SADD', d .. 'writers', writer) end
+      local scored = {}
+      for n, line in ipairs(lines) do
+        scored[2 * n - 1] = 0
+        scored[2 * n] = line
+      end
+      chunked('ZADD', d .. 'j:' .. writer, scored)
+    end
+    if b[3] ~= '' or b[4] ~= '' then
+      local cur = redis.call('HMGET', d .. 'meta', 'jmax', 'imax')
+      local set = {}
+      if b[3] ~= '' and (not cur[1] or b[3] > cur[1]) then set[#set + 1] = 'jmax'; set[#set + 1] = b[3] end
+      if b[4] ~= '' and (not cur[2] or b[4] > cur[2]) then set[#set + 1] = 'imax'; set[#set + 1] = b[4] end
+      if #set > 0 then redis.call('HSET', d .. 'meta', unpack(set)) end
+    end
+    if #rows > 0 then
+      local keys = {}
+      for n = 1, #rows, 2 do keys[#keys + 1] = rows[n] end
+      local olds = hmget(d .. 'items', keys)
+      local states, sched, rem, add = {}, {}, {}, {}
+      for n, key in ipairs(keys) do
+        local value = rows[2 * n]
+        local ns_, nh, no, nf, rest = string.match(value, pat)
+        local old = olds[n]
+        if old then
+          local os, oh, oo, of = string.match(old, pat)
+          states[os] = (states[os] or 0) - 1
+          if os == 'scheduled' then
+            local q = rem[oh]
+            if not q then q = {}; rem[oh] = q end
+            q[#q + 1] = oo .. ':' .. key
+          end
+          if of ~= nf then
+            value = ns_ .. '\031' .. nh .. '\031' .. no .. '\031' .. of .. '\031' .. string.sub(value, rest)
+            rows[2 * n] = value
+          end
+        end
+        states[ns_] = (states[ns_] or 0) + 1
+        if ns_ == 'scheduled' then
+          local q = add[nh]
+          if not q then q = {}; add[nh] = q end
+          q[#q + 1] = 0
+          q[#q + 1] = no .. ':' .. key
+        end
+      end
+      chunked('HSET', d .. 'items', rows)
+      for h, members in pairs(rem) do
+        sched[h] = (sched[h] or 0) - chunked('ZREM', d .. 'q:' .. h, members)
+      end
+      for h, members in pairs(add) do
+        sched[h] = (sched[h] or 0) + chunked('ZADD', d .. 'q:' .. h, members)
+      end
+      counters(d .. 'states', states)
+      counters(d .. 'sched', sched)
+    end
+    if #robots > 0 then
+      local origins = {}
+      for n = 1, #robots, 2 do origins[#origins + 1] = robots[n] end
+      local olds = hmget(d .. 'robots', origins)
+      for n, old in ipairs(olds) do
+        if old then
+          local value = robots[2 * n]
+          local of = string.match(old, '^([^\031]*)\031')
+          local nf, rest = string.match(value, '^([^\031]*)\031()')
+          if of ~= nf then robots[2 * n] = of .. '\031' .. string.sub(value, rest) end
+        end
+      end
+      chunked('HSET', d .. 'robots', robots)
+    end
+  end
+end
+return {1, refused}
+"""
+
 # KEYS: 1 fence. ARGV: 1 owner, 2 epoch. Sets the fence unless it is newer; answers the previous one.
 CLAIM_LUA: Final = r"""
 local fence = redis.call('HMGET', KEYS[1], 'owner', 'epoch')
@@ -134,7 +270,13 @@ end
 return {1, deleted}
 """
 
-SCRIPTS: Final[dict[str, str]] = {"write": WRITE_LUA, "claim": CLAIM_LUA, "backlog": BACKLOG_LUA, "prune": PRUNE_LUA}
+SCRIPTS: Final[dict[str, str]] = {
+    "write": WRITE_LUA,
+    "write_all": WRITE_ALL_LUA,
+    "claim": CLAIM_LUA,
+    "backlog": BACKLOG_LUA,
+    "prune": PRUNE_LUA,
+}
 
 
 class Scripts:

@@ -3,17 +3,20 @@
 Key layout and the stored forms of rows, journal lines and robots records are in codec.py; the Lua scripts
 that apply a domain's batch, claim its fence and read a backlog page are in scripts.py.
 
-Fencing: every flush writes each domain with one Lua script (EVALSHA, all keys in the domain's slot) that
-first reads the fence: the batch is refused whole when the fence epoch is greater than the writer's, or equal
-with another owner, and the store raises FencedOut. Otherwise the batch lands atomically, and when the
+Fencing: every flush writes each domain's batch with a Lua script that first reads the domain's fence (one call
+per domain on a Cluster, all keys in the domain's slot; one call for every domain on a single server): the batch
+is refused whole when the fence epoch is greater than the writer's, or equal with another owner, and the store
+raises FencedOut. Otherwise the batch lands atomically, and when the
 writer's epoch is newer than the fence the write also moves the fence to (writer, epoch): under the newer ring
 the writer owns the domain, and every node still on an older epoch is locked out from then on. `claim()` sets
 the fence explicitly (epoch >= fence epoch, any owner).
 
-Flush: node-scoped writes (domain set, lookup tables, meta, orphan lines) go first, in their own round trip
-and only when there are any, so the domain set names a domain before the domain holds data; then every
-domain's script call in one non-transactional pipeline. Atomic per domain, not across domains (a Cluster has
-no cross-slot transaction): a FencedOut names the refused domains, and every other domain's batch landed.
+Flush on a single server: one round trip. One non-transactional pipeline holds the node-scoped writes (domain
+set, lookup tables, meta, orphan lines, mail), so the domain set names a domain before the domain holds data,
+then one write_all script call for every domain's batch (scripts.WRITE_ALL_LUA: the same per-domain fence rule,
+the batch JSON built once per flush). On a Cluster: the node-scoped writes in their own round trip, then one
+script call per domain in one pipeline (a script cannot span slots there). Atomic per domain either way, not
+across domains: a FencedOut names the refused domains, and every other domain's batch landed.
 A `note()` goes to the domain its key names (the node's key table, else the URL in the key); a key that is
 not a URL goes to the node's orphan lines.
 
@@ -57,6 +60,7 @@ from typing import Any, Final
 
 import redis
 from redis.cluster import RedisCluster
+from redis.exceptions import NoScriptError
 
 from frontier_node.core.ports import StoreLost
 from frontier_node.core.records import Entry, Item, Kind, LinkLike
@@ -124,6 +128,7 @@ class RedisStore(DomainHandoff):
         self._new_keydom: dict[str, str] = {}
         self._new_hostdom: dict[str, str] = {}
         self._scripts = Scripts(client)
+        self._single = not isinstance(client, RedisCluster)
         self._known_domains: set[str] = {text(d) for d in self._r.smembers(self._keys.node + "domains")}
         self._key_dom: dict[str, str] = {}
         self._host_dom: dict[str, str] = {
@@ -136,6 +141,7 @@ class RedisStore(DomainHandoff):
         self._links_out: dict[str, list[list[object]]] = {}
         self._posts: dict[str, list[str]] = {}
         self._fenced_here: set[str] = set()
+        self._named_writer: set[str] = set()  # domains whose writers set names this node (write_all skips the SADD)
         self._lost: StoreLost | None = None
         self._instance_key = f"{namespace}:{{all}}:instance"
         self._r.set(self._instance_key, uuid.uuid4().hex, nx=True)
@@ -354,6 +360,9 @@ class RedisStore(DomainHandoff):
         epoch = int(self._epoch())
         if not 0 <= epoch < EPOCH_LIMIT:
             raise ValueError(f"ring epoch {epoch} out of range")
+        if self._single:
+            self._flush_one(epoch)
+            return
         self._flush_node(epoch)
         if self._batches:
             self._flush_domains(epoch)
@@ -384,18 +393,93 @@ class RedisStore(DomainHandoff):
                 return domain
         return None
 
+    def _flush_one(self, epoch: int) -> None:
+        """A flush on a single server in one round trip: the node-scoped writes, then one write_all script call
+        for every domain's batch (the fences checked in the script), in one pipeline."""
+        pipe = self._pipeline()
+        node = self._queue_node(pipe, epoch)
+        domains = list(self._batches)
+        call: tuple[list[str], list[object]] | None = None
+        if domains:
+            sections = [self._section(d, self._batches[d], epoch) for d in domains]
+            blob = json.dumps(sections, ensure_ascii=False, separators=(",", ":"))
+            call = ([self._instance_key], [self.node_id, epoch, self.namespace, self.instance, blob])
+            pipe.execute_command("EVALSHA", self._scripts.shas["write_all"], 1, *call[0], *call[1])
+        elif not node:
+            return
+        answers = pipe.execute(raise_on_error=False)
+        if node:
+            *written, instance = answers[: len(answers) - (call is not None)]
+            for answer in written:
+                if isinstance(answer, BaseException):
+                    raise answer
+            self._node_done()
+            self._verify_instance(instance)
+        if call is None:
+            return
+        res = answers[-1]
+        if isinstance(res, NoScriptError):
+            res = self._scripts.eval("write_all", *call)
+        elif isinstance(res, BaseException):
+            raise res
+        self._applied(domains, epoch, res)
+
+    def _section(self, domain: str, batch: Batch, epoch: int) -> list[object]:
+        """One domain's part of a write_all call (see scripts.WRITE_ALL_LUA)."""
+        lines = [pack_line(e, epoch) for e in batch.entries]
+        jmax = max((e.seq for e in batch.entries), default=-1)
+        return [
+            domain, int(domain in self._fenced_here),
+            f"{jmax:020d}" if jmax >= 0 else "", f"{batch.imax:020d}" if batch.imax >= 0 else "",
+            lines, [s for pair in batch.rows.items() for s in pair], [s for pair in batch.robots.items() for s in pair],
+            int(domain in self._named_writer),
+        ]  # fmt: skip
+
+    def _applied(self, domains: list[str], epoch: int, res: Any) -> None:
+        """Settle the buffers after a write_all answer: StoreLost, FencedOut for the refused domains, else done."""
+        status = int(res[0])
+        if status == 0:
+            self._verify_instance(res[1])
+        if status == 2:
+            vanished = [text(d) for d in res[1]]
+            self._lose(
+                f"the fence of {len(vanished)} domain(s) this node holds vanished (e.g. {vanished[0]!r}): a Redis "
+                "server lost its data"
+            )
+        flat = [text(v) for v in res[1]]
+        fenced = [FencedOut(flat[i], epoch, int(flat[i + 2]), flat[i + 1]) for i in range(0, len(flat), 3)]
+        refused = {f.domain for f in fenced}
+        for domain in domains:
+            batch = self._batches.pop(domain)
+            if domain not in refused:
+                self._fenced_here.add(domain)
+                if batch.entries:
+                    self._named_writer.add(domain)
+        if fenced:
+            first = fenced[0]
+            raise FencedOut(first.domain, epoch, first.fence_epoch, first.owner, others=tuple(fenced[1:]))
+
     def _flush_node(self, epoch: int) -> None:
         """Node-scoped writes, before any domain's: the domain set must name a domain before it holds data."""
+        pipe = self._pipeline()
+        if not self._queue_node(pipe, epoch):
+            return
+        *_, instance = pipe.execute()
+        self._node_done()
+        self._verify_instance(instance)
+
+    def _queue_node(self, pipe: Any, epoch: int) -> bool:
+        """Add the node-scoped writes and a read of the instance marker (last) to `pipe`; False when none."""
         orphans = self._orphans
         if (
             not (self._meta or self._new_domains or self._new_keydom or self._new_hostdom or orphans or self._links_out)
             and not self._posts
+            and not self._breaches
         ):
-            return
+            return False
         mail = {d: link_messages(rows) for d, rows in self._links_out.items()}
         for domain, posts in self._posts.items():
             mail.setdefault(domain, []).extend(posts)
-        pipe = self._pipeline()
         if self._new_domains:
             pipe.sadd(self._keys.node + "domains", *sorted(self._new_domains))
             pipe.sadd(self._keys.all_domains, *sorted(self._new_domains))
@@ -411,11 +495,13 @@ class RedisStore(DomainHandoff):
             pipe.set(self._breach_key(domain), value)
         self.mail.queue(pipe, mail)
         pipe.get(self._instance_key)
-        *_, instance = pipe.execute()
+        return True
+
+    def _node_done(self) -> None:
+        """Empty the node-scoped buffers once their writes landed."""
         self._links_out = {}
         self._posts = {}
         self._breaches = {}
-        self._verify_instance(instance)
         self._known_domains |= self._new_domains
         self._new_domains = set()
         self._new_keydom = {}
