@@ -375,15 +375,9 @@ class Frontier(RobotsItems, Handback, RevisitItems):
         """The (digest, simhash, key) `complete` would register in the body index for this outcome, else None: a
         shell registers a batch's bodies ahead in one round trip with it (see RedisBodyIndex.prime)."""
         item = self._leases.leased(key)
-        if item is None or item.generation != generation or item.kind is not Kind.PAGE or item.checked_at > 0:
+        if item is None or item.generation != generation or outcome.error_class == HANDED_BACK:
             return None
-        if outcome.error_class == HANDED_BACK or not 200 <= outcome.status < 300:
-            return None
-        if not (outcome.body_digest or outcome.simhash) or classify(outcome.status, outcome.error_class)[0] is not (
-            Action.DONE
-        ):
-            return None
-        return outcome.body_digest, outcome.simhash, item.key
+        return self._claim_of(item, outcome)
 
     # ================================================================== completion
 
@@ -467,9 +461,20 @@ class Frontier(RobotsItems, Handback, RevisitItems):
             if not self._revisit_asks_mirror(item, outcome):
                 return None
             return BodyClaim(self._bodies.mirror_of(outcome.body_digest, item.key), False)
-        if outcome.status < 300 and (outcome.body_digest or outcome.simhash):
-            return self._bodies.claim(outcome.body_digest, outcome.simhash, item.key)
-        return None
+        claim = self._claim_of(item, outcome)
+        return None if claim is None else self._bodies.claim(*claim)
+
+    @staticmethod
+    def _claim_of(item: Item, outcome: OutcomeLike) -> tuple[str, int, str] | None:
+        """The (digest, simhash, key) a first fetch registers in the body index: a page's 2xx done with a body
+        fingerprint. Revisits only ask (mirror_of) and robots files never register."""
+        if item.kind is not Kind.PAGE or item.checked_at > 0 or not 200 <= outcome.status < 300:
+            return None
+        if not (outcome.body_digest or outcome.simhash):
+            return None
+        if classify(outcome.status, outcome.error_class)[0] is not Action.DONE:
+            return None
+        return outcome.body_digest, outcome.simhash, item.key
 
     def _complete_page(
         self, item: Item, host: Host, outcome: OutcomeLike, now: float, seen: BodyClaim | None
