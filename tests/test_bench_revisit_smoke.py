@@ -5,17 +5,9 @@ This checks that the bench works end to end (and that its schedules were of equa
 
 from __future__ import annotations
 
-import json
-import math
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-import frontier_node
-
-REPO = Path(frontier_node.__file__).resolve().parent.parent
+from tests.bench_runs import assert_positive, run_quick
 
 FIGURES = (
     "freshness_adaptive",
@@ -36,15 +28,8 @@ FIGURES = (
 @pytest.mark.slow
 @pytest.mark.timeout(420)
 def test_quick_revisit_bench_prints_every_figure() -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "bench.revisit", "--quick", "--json"],
-        cwd=REPO, capture_output=True, text=True, timeout=400, check=False,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
-    figures = json.loads(out.stdout)
-    for key in FIGURES:
-        value = figures.get(key)
-        assert isinstance(value, int | float) and math.isfinite(value) and value > 0, (key, value)
+    figures = run_quick("bench.revisit", 400)
+    assert_positive(figures, FIGURES)
     for key in FIGURES[:5]:
         assert figures[key] <= 1.0, key  # freshness is a fraction
     assert figures["window_fetches_fixed_equal_cost"] == pytest.approx(figures["window_fetches_adaptive"], rel=0.02)

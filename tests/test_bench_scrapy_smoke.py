@@ -5,15 +5,10 @@ This checks that the bench works end to end (three crawls, each complete), not h
 
 from __future__ import annotations
 
-import json
-import math
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.bench_runs import assert_positive, run_quick
+
 RUN_FIGURES = (
     "pages_per_s",
     "makespan_s",
@@ -27,16 +22,9 @@ RUN_FIGURES = (
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_quick_scrapy_bench_prints_every_figure() -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "bench.scrapy", "--quick", "--json"],
-        cwd=REPO, capture_output=True, text=True, timeout=220, check=False,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
-    figures = json.loads(out.stdout)
+    figures = run_quick("bench.scrapy", 220)
     for run in ("plain", "hostring_1", "hostring_2"):
-        for key in RUN_FIGURES:
-            value = figures[run].get(key)
-            assert isinstance(value, int | float) and math.isfinite(value) and value > 0, (run, key, value)
+        assert_positive(figures[run], RUN_FIGURES, run)
         assert figures[run]["coverage"]["missing"] == 0, (run, figures[run]["coverage"])
         assert figures[run]["coverage"]["max_in_flight_per_origin"] == 1, run
     for run in ("hostring_1", "hostring_2"):  # hostring fetches each page once, whichever process leased it

@@ -1,21 +1,10 @@
-"""The node bench runs: `python -m bench.node --quick --json` prints every figure as a positive number.
-
-This checks that the bench works end to end, not how fast anything is.
-"""
+"""The node, crawl and cluster benches run: `--quick --json` prints every figure as a positive number."""
 
 from __future__ import annotations
 
-import json
-import math
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-import frontier_node
-
-REPO = Path(frontier_node.__file__).resolve().parent.parent
+from tests.bench_runs import assert_positive, run_quick
 
 FIGURES = (
     "discover_links_per_s_grpc",
@@ -35,15 +24,8 @@ FIGURES = (
 @pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_quick_bench_prints_every_figure() -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "bench.node", "--quick", "--json"],
-        cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
-    figures = json.loads(out.stdout)
-    for key in FIGURES:
-        value = figures.get(key)
-        assert isinstance(value, int | float) and math.isfinite(value) and value > 0, (key, value)
+    figures = run_quick("bench.node", 60)
+    assert_positive(figures, FIGURES)
     assert figures["machine"]["cores"] >= 1 and figures["machine"]["python"]
     workload = figures["workload"]
     assert workload["batch"] == 256 and workload["links"] > 0
@@ -67,18 +49,38 @@ CRAWL_FIGURES = (
 @pytest.mark.timeout(150)
 def test_quick_crawl_bench_prints_every_figure() -> None:
     """`python -m bench.crawl --quick --json`: the end-to-end crawl bench runs and every figure is positive."""
-    out = subprocess.run(
-        [sys.executable, "-m", "bench.crawl", "--quick", "--json"],
-        cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
-    figures = json.loads(out.stdout)
-    for key in CRAWL_FIGURES:
-        value = figures.get(key)
-        assert isinstance(value, int | float) and math.isfinite(value) and value > 0, (key, value)
+    figures = run_quick("bench.crawl", 120)
+    assert_positive(figures, CRAWL_FIGURES)
     assert figures["machine"]["cores"] >= 1 and figures["machine"]["cpu_model"] is not None
     assert len(figures["machine"]["loadavg_start"]) == 3 and len(figures["machine"]["loadavg_end"]) == 3
     for run in ("throughput", "politeness"):
         assert figures[run]["pages"] > 0 and figures[run]["cpu_s_rusage"] > 0, run
         assert figures[run]["coverage"]["expected_pages"] > 0, run
     assert figures["workload"]["throughput"]["origins"] >= 20
+
+
+CLUSTER_PER_URL = ("node_cpu_ms", "cpu_ms", "redis_cpu_ms", "redis_round_trips", "redis_commands")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_quick_cluster_bench_prints_every_figure() -> None:
+    """`python -m bench.cluster --quick --no-membership --json`: 1, 2 and 3 nodes on one Redis and one SQLite node
+    each admit every link and lease+complete every page, with their per-URL costs, Redis's included."""
+    figures = run_quick("bench.cluster", 120, "--no-membership")
+    links = figures["workload"]["links"]
+    assert set(figures["throughput"]) == {"1", "2", "3"}
+    for nodes, run in figures["throughput"].items():
+        discover, lease = run["discover"], run["lease_complete"]
+        assert discover["admitted"] == links and discover["wrong_owner"] == 0, nodes
+        assert lease["urls"] > 0 and lease["refused"] == 0, nodes
+        assert_positive(discover, ["admitted_per_s", "admitted_per_node_cpu_s"], f"{nodes} nodes")
+        assert_positive(lease, ["urls_per_s", "urls_per_node_cpu_s"], f"{nodes} nodes")
+        for phase in (discover, lease):
+            assert_positive(phase["per_url"], CLUSTER_PER_URL, f"{nodes} nodes")
+            assert phase["redis"]["commands"] >= phase["redis"]["script_calls"] > 0, nodes
+        assert set(run["discover"]["links_per_node"]) == {f"n{i}" for i in range(1, int(nodes) + 1)}
+    sqlite = figures["sqlite"]
+    assert sqlite["discover"]["admitted"] == links and sqlite["discover"]["per_url"]["redis_commands"] == 0
+    assert_positive(sqlite["lease_complete"], ["urls_per_s"], "sqlite")
+    assert figures["machine"]["cores"] >= 1
