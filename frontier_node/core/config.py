@@ -113,6 +113,9 @@ class FrontierConfig:
     user_agent: str = "hostring/0.1 (+https://github.com/hostring/hostring)"
     lease_s: float = 120.0
     window: int = 16
+    admission_window: int = 8
+    """Items a host keeps in RAM from admission alone (at most `window`): a host that is only filled, not yet
+    leased, holds half a window, the rest waiting in the store; a refill when it is leased loads a whole one."""
     max_redirect_hops: int = 5
     near_duplicate_distance: int = 3
     scope: str = "all"  # all | host | domain (seeds widen it) | list (add_scope() from a file)
