@@ -96,7 +96,8 @@ class Store(Protocol):
         revisited pages that are gone: nothing of them is kept after it)."""
 
     def backlog(self, host: str, after: tuple[int, int], limit: int) -> list[Item]:
-        """Scheduled items of `host` whose (priority, seq) is greater than `after`, in that order (flushes first)."""
+        """Scheduled items of `host` whose (priority, seq) is greater than `after`, in that order, buffered writes
+        included (a store may flush first, or lay its buffered rows over what it reads)."""
 
     def get(self, key: str) -> Item | None: ...
 
