@@ -157,7 +157,7 @@ class PeerWorkload:
         )
 
 
-QUICK_PEER = PeerWorkload(hosts=100, links=6_000)
+QUICK_PEER = PeerWorkload(hosts=50, links=3_000)
 
 
 # ====================================================================== machine and workload
