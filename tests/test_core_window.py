@@ -1,4 +1,4 @@
-"""A host's queue in RAM: admission fills half a window, leasing refills whole ones, order and counts unchanged."""
+"""A host's queue in RAM: admission fills part of a window, leasing refills whole ones, order and counts unchanged."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from hostring.clock import VirtualClock
 
 
 @pytest.mark.parametrize("backend", ["memory", "sqlite"])
-def test_admission_keeps_half_a_window_and_leases_in_admission_order(backend: str, tmp_path: Path) -> None:
+def test_admission_keeps_part_of_a_window_and_leases_in_admission_order(backend: str, tmp_path: Path) -> None:
     store = MemoryStore() if backend == "memory" else SqliteStore(tmp_path / "w.sqlite3")
     config = FrontierConfig(politeness=PolitenessConfig(min_delay_s=0.0), window=6, admission_window=3)
     f = Frontier(store, VirtualClock(), config)
