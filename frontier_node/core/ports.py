@@ -47,7 +47,8 @@ class Outbox(Protocol):
 
 class BodyClaim(NamedTuple):
     """What a body index knew of a body before it was claimed: the key first fetched with the exact same body
-    (None when this is the first), and whether a near duplicate (simhash within the distance) was seen."""
+    (None when this is the first; a node's own RAM index, which keeps no keys, names it by the key's fingerprint,
+    core.dedup.body_name), and whether a near duplicate (simhash within the distance) was seen."""
 
     first: str | None
     near: bool
