@@ -11,7 +11,9 @@
 3. The same two figures for the core in process (Frontier on SqliteStore, flushing after every call as the
    gRPC shell does; and Frontier on MemoryStore), no gRPC; and Lease+Complete with one commit per Lease batch
    of completions, the ceiling a batched Complete RPC would lift the gRPC figure towards.
-4. RAM bytes per admitted URL at 1M URLs (100k with --quick): a fresh subprocess admits them over 10k hosts
+4. The issue's workload on a fresh node: 600k links over 2,000 hosts (200k distinct, two thirds duplicates)
+   through Discover, then drained with Lease + CompleteBatch, one in flight per host, until the node is drained.
+5. RAM bytes per admitted URL at 1M URLs (100k with --quick): a fresh subprocess admits them over 10k hosts
    through `Frontier.discover` on SqliteStore; VmRSS after minus before, after gc, over the URLs admitted.
    Also the seen-set's bytes per URL.
 
@@ -72,6 +74,8 @@ TARGETS: dict[str, str] = {
     "lease_complete_urls_per_s_grpc": ">= 20,000",
     "ram_bytes_per_url": "< 150",
     "seen_bytes_per_url": "< 16",
+    "peer_discover_links_per_s": ">= 60,000",
+    "peer_drain_urls_per_s": ">= 20,000",
 }
 
 
@@ -127,6 +131,33 @@ class Workload:
 
 
 QUICK = Workload(hosts=1_000, links=15_000, lease_pages=3_000, ram_urls=100_000)
+
+
+@dataclass(frozen=True)
+class PeerWorkload:
+    """The issue's comparison workload: one stream of links admitted, then the whole frontier drained."""
+
+    hosts: int = 2_000
+    links: int = 600_000
+    batch: int = 256
+    lease_batch: int = 256
+    streams: int = 2
+    seed: int = 2
+
+    @property
+    def unique(self) -> int:
+        return (self.links + 2) // 3
+
+    def describe(self) -> str:
+        return (
+            f"{self.links:,} links over {self.hosts:,} hosts ({self.unique:,} distinct, two thirds duplicates, half "
+            f"of those respelled), Discover in batches of {self.batch} on {self.streams} threads; then drained on "
+            f"{self.streams} threads, each Lease(max_items={self.lease_batch}, wait_ms=50) + one CompleteBatch of "
+            "the lease, one in flight per host (--delay 0), robots.txt 404 included, until the node says drained"
+        )
+
+
+QUICK_PEER = PeerWorkload(hosts=50, links=3_000)
 
 
 # ====================================================================== machine and workload
@@ -469,6 +500,54 @@ def grpc_lease_complete(node: NodeProcess, hosts: int, w: Workload) -> dict[str,
     }
 
 
+def grpc_drain(node: NodeProcess, pw: PeerWorkload) -> dict[str, Any]:
+    """Lease + CompleteBatch on `streams` threads until the node reports itself drained; pages/s over the drain."""
+    stub = node.stub
+    seq = itertools.count(1)
+    lock = threading.Lock()
+    tally = Counter[int]()
+
+    def stream(i: int) -> None:
+        request = pb.LeaseRequest(worker_id=f"peer-{i}", max_items=pw.lease_batch, wait_ms=50)
+        while True:
+            resp = stub.Lease(request, timeout=RPC_TIMEOUT_S)
+            if not resp.items:
+                if resp.drained:
+                    return
+                continue
+            batch = pb.CompleteBatchRequest(completions=[_complete_request(it, next(seq)) for it in resp.items])
+            results = stub.CompleteBatch(batch, timeout=RPC_TIMEOUT_S).results
+            for it, r in zip(resp.items, results, strict=True):
+                if not r.accepted:
+                    raise RuntimeError(f"Complete of {it.fetch_key} refused")
+            with lock:
+                tally.update(it.kind for it in resp.items)
+
+    with Stopwatch(node.proc.pid) as sw:
+        _run_threads(pw.streams, stream)
+    pages = tally[pb.PAGE]
+    return {
+        "seconds": sw.wall,
+        "pages": pages,
+        "robots": tally[pb.ROBOTS],
+        "urls_per_s": pages / sw.wall,
+        "urls_per_node_cpu_s": pages / sw.node_cpu,
+        "node_cores_busy": sw.node_cpu / sw.wall,
+    }
+
+
+def peer_figures(pw: PeerWorkload, tmp: Path) -> dict[str, Any]:
+    """The issue's workload on a fresh node: admission through Discover, then a full drain."""
+    urls = link_stream(Workload(hosts=pw.hosts, links=pw.links, batch=pw.batch, grpc_streams=pw.streams, seed=pw.seed))
+    node = NodeProcess(tmp / "peer.sqlite3", tmp / "peer.log")
+    try:
+        disc = grpc_discover(node, urls, Workload(batch=pw.batch, grpc_streams=pw.streams))
+        drain = grpc_drain(node, pw)
+    finally:
+        node.stop()
+    return {"discover": disc, "drain": drain}
+
+
 # ====================================================================== in process
 
 
@@ -580,7 +659,7 @@ def ram_figures(w: Workload) -> dict[str, Any]:
 # ====================================================================== driver
 
 
-def run(w: Workload, profile_dir: Path | None = None) -> dict[str, Any]:
+def run(w: Workload, pw: PeerWorkload, profile_dir: Path | None = None) -> dict[str, Any]:
     """Every figure, in one dict (the --json output)."""
     urls = link_stream(w)
     hosts = min(w.hosts, w.unique)
@@ -606,6 +685,7 @@ def run(w: Workload, profile_dir: Path | None = None) -> dict[str, Any]:
         core["lease_complete_sqlite_batched"] = core_lease_complete(frontier, hosts, w, flush_each=False)
         batched_store.close()
         del frontier
+        peer = peer_figures(pw, Path(tmp))
     gc.collect()
     ram = ram_figures(w)
 
@@ -638,6 +718,16 @@ def run(w: Workload, profile_dir: Path | None = None) -> dict[str, Any]:
         ram_admit_per_s=ram["admit_per_s"],
         ram_admit_per_cpu_s=ram["admit_per_cpu_s"],
     )
+    figures.update(
+        peer_discover_links_per_s=peer["discover"]["links_per_s"],
+        peer_discover_links_per_node_cpu_s=peer["discover"]["links_per_node_cpu_s"],
+        peer_admitted_urls=peer["discover"]["admitted"],
+        peer_drain_urls_per_s=peer["drain"]["urls_per_s"],
+        peer_drain_urls_per_node_cpu_s=peer["drain"]["urls_per_node_cpu_s"],
+        peer_drained_urls=peer["drain"]["pages"],
+    )
+    figures["workload"]["peer"] = pw.describe()
+    figures["peer"] = peer
     figures["ram"] = ram
     figures["machine"]["loadavg_end"] = list(os.getloadavg())
     if profile_dir:
@@ -663,6 +753,9 @@ _ROWS: tuple[tuple[str, str, str, str], ...] = (
      "lease_complete_urls_per_cpu_s_core_memory"),
     ("lease_complete_urls_per_s_core_batched", "Lease+Complete, core, SQLite, 1 flush/batch", "URLs/s",
      "lease_complete_urls_per_cpu_s_core_batched"),
+    ("peer_discover_links_per_s", "issue workload: Discover through gRPC", "links/s",
+     "peer_discover_links_per_node_cpu_s"),
+    ("peer_drain_urls_per_s", "issue workload: drain, Lease+CompleteBatch", "URLs/s", "peer_drain_urls_per_node_cpu_s"),
     ("ram_bytes_per_url", "RAM (VmRSS) per admitted URL", "bytes", ""),
     ("ram_anon_bytes_per_url", "  of which anonymous memory", "bytes", ""),
     ("seen_bytes_per_url", "seen-set per URL", "bytes", ""),
@@ -691,6 +784,7 @@ def table(f: dict[str, Any]) -> str:
         f"{f['lease_complete_hosts_ready']:,} hosts ready at the start",
         f"  core: {w['core']}; '1 flush/batch' commits once per Lease batch of completions",
         f"  revisits: {w['revisit']}",
+        f"  issue workload: {w['peer']}; {f['peer_admitted_urls']:,} admitted, {f['peer_drained_urls']:,} drained",
         f"  RAM: {f['ram_urls']:,} URLs over {w['ram_hosts']:,} hosts; {w['ram']}",
         "  per CPU-s: the count over the CPU seconds of the process doing the work (the node process for gRPC "
         "figures), i.e. the rate with a core of its own",
@@ -737,6 +831,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(ram_child(args.ram_child, args.ram_hosts, args.ram_batch)))
         return 0
     w = QUICK if args.quick else Workload()
+    pw = QUICK_PEER if args.quick else PeerWorkload()
     if args.streams:
         w = Workload(**{**asdict(w), "grpc_streams": args.streams})
     if args.revisit != "off":
@@ -745,7 +840,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if shutil.which("py-spy") is None:
             parser.error("--py-spy needs the py-spy command (pip install py-spy)")
         args.py_spy.mkdir(parents=True, exist_ok=True)
-    figures = run(w, args.py_spy)
+    figures = run(w, pw, args.py_spy)
     print(json.dumps(figures, indent=2) if args.json else table(figures))
     return 0
 

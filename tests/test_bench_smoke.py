@@ -18,6 +18,8 @@ FIGURES = (
     "ram_bytes_per_url",
     "seen_bytes_per_url",
     "ram_urls",
+    "peer_discover_links_per_s",
+    "peer_drain_urls_per_s",
 )
 
 
@@ -33,6 +35,8 @@ def test_quick_bench_prints_every_figure() -> None:
     assert figures["discover_admitted_urls_grpc"] == workload["unique_urls"]
     assert figures["discover_admitted_urls_core"] == workload["unique_urls"]
     assert figures["ram_urls"] == workload["ram_urls"]
+    # the workload: every distinct URL admitted once, and every one of them drained
+    assert figures["peer_drained_urls"] == figures["peer_admitted_urls"] > 0
 
 
 CRAWL_FIGURES = (

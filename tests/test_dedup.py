@@ -7,7 +7,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from frontier_node.core.dedup import BodyIndex, SeenSet, key_hash
+from frontier_node.core.dedup import BodyIndex, FingerprintMap, SeenSet, body_name, key_hash
 
 
 @settings(max_examples=60, deadline=None)
@@ -54,9 +54,63 @@ def test_exact_digest_names_the_first_key() -> None:
     index = BodyIndex()
     index.add("a", "sha256:1", 0)
     index.add("b", "sha256:1", 0)
-    assert index.seen_digest("sha256:1") == "a"
+    assert index.seen_digest("sha256:1") == body_name(key_hash("a"))
     assert index.seen_digest("sha256:2") is None
     near = 0b1011 << 40
     index.add("c", "", near)
-    assert index.near(near ^ 0b111) == "c"
+    assert index.near(near ^ 0b111) == body_name(key_hash("c"))
     assert index.near(near ^ 0b1111) is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 2**64 - 1), st.integers(0, 2**64 - 1)), max_size=3000))
+def test_fingerprint_map_is_a_first_wins_dict_as_it_grows(pairs: list[tuple[int, int]]) -> None:
+    fmap, oracle = FingerprintMap(capacity=4), {}
+    for h, v in pairs:
+        assert fmap.setdefault(h, v) == oracle.setdefault(h, v)
+    assert len(fmap) == len(oracle)
+    for h, _ in pairs:
+        assert fmap.get(h) == oracle[h]
+    assert fmap.get(0xDEAD_BEEF) == oracle.get(0xDEAD_BEEF)
+
+
+def test_fingerprint_map_stays_between_20_and_31_bytes_per_entry_as_it_grows() -> None:
+    fmap = FingerprintMap(capacity=16)
+    rng = random.Random(3)
+    worst = 0.0
+    for n in range(1, 100_001):
+        fmap.setdefault(rng.getrandbits(64) | 1, n)
+        if n >= 1000 and n % 997 == 0:
+            worst = max(worst, fmap.nbytes / len(fmap))
+    assert 20 < worst < 31
+
+
+_SIMHASHES = st.sampled_from([0, 0b1011 << 40, (0b1011 << 40) ^ 0b11, (0b1011 << 40) ^ 0b1111, 2**64 - 1, 12345])
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.sampled_from(["", "d1", "d2", "d3"]), _SIMHASHES), max_size=60))
+def test_claims_match_a_brute_force_oracle(claims: list[tuple[int, str, int]]) -> None:
+    """claim() against a list of every body claimed so far: first by digest, near by any other key's simhash."""
+    index = BodyIndex(max_distance=3)
+    past: list[tuple[str, str, int]] = []
+    for k, digest, simhash in claims:
+        key = f"http://a.example/{k}"
+        got = index.claim(digest, simhash, key)
+        firsts = [owner for owner, d, _ in past if digest and d == digest]
+        first = firsts[0] if firsts else key
+        assert got.first == (None if first == key else body_name(key_hash(first)))
+        near = any(owner != key and s and simhash and (s ^ simhash).bit_count() <= 3 for owner, _, s in past)
+        assert got.near == near
+        assert index.mirror_of(digest, key) == got.first if digest else index.mirror_of(digest, key) is None
+        past.append((key, digest, simhash))
+
+
+def test_body_index_keeps_about_60_bytes_per_body() -> None:
+    index = BodyIndex()
+    rng = random.Random(5)
+    n = 200_000
+    for i in range(n):
+        index.claim(f"sha256:{rng.getrandbits(256):064x}", rng.getrandbits(64) | 1, f"http://h{i % 100}.example/{i}")
+    assert len(index) == n
+    assert index.nbytes / n < 80

@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import frontier_node
 from frontier_node.core.states import State
@@ -342,3 +344,57 @@ def test_print_flush_throughput(tmp_path: Path, capsys: pytest.CaptureFixture[st
             f"{rows / wall:,.0f} rows/s wall = {batches * 256 / wall:,.0f} links/s; "
             f"{rows / cpu:,.0f} rows/s per CPU-second of the flushing thread"
         )
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 11),  # item
+            st.sampled_from([State.SCHEDULED, State.LEASED, State.FETCHED]),
+            st.integers(-1, 1),  # priority
+            st.booleans(),  # flush after this write
+        ),
+        max_size=40,
+    ),
+    st.integers(-2, 1),
+    st.integers(-1, 12),
+    st.integers(1, 6),
+)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_backlog_without_a_commit_matches_a_flushed_scan(
+    tmp_path: Path, writes: list[tuple[int, State, int, bool]], after_priority: int, after_seq: int, limit: int
+) -> None:
+    """backlog() lays buffered rows over the committed ones instead of committing: its answer must be the one a
+    flush and the same scan give, including rows a buffered write took out of the queue, and LIMIT cut right."""
+    path = tmp_path / f"b{len(list(tmp_path.iterdir()))}.sqlite3"
+    store = SqliteStore(path)
+    host = "a.example"
+    try:
+        for seq, (i, state, priority, flush) in enumerate(writes, 1):
+            key = f"http://{host}/p{i}"
+            item = make_item(key, host if i < 10 else "b.example", priority, i, state)
+            store.record(make_entry(seq, key, "scheduled", "lease", state.value), item)
+            if flush:
+                store.flush()
+        after = (after_priority, after_seq)
+        unflushed = [it.key for it in store.backlog(host, after, limit)]
+        store.flush()
+        assert unflushed == [it.key for it in store.backlog(host, after, limit)]
+    finally:
+        store.close()
+
+
+def test_backlog_reads_deep_enough_when_buffered_writes_took_rows_out(tmp_path: Path) -> None:
+    """Six committed in the queue, the first two leased but not committed: a scan of 4 still finds 4."""
+    store = SqliteStore(tmp_path / "deep.sqlite3")
+    try:
+        keys = [f"http://a.example/p{i}" for i in range(6)]
+        for i, key in enumerate(keys):
+            store.record(make_entry(i + 1, key, "admitted", "schedule", "scheduled"), make_item(key, "a.example", 0, i))
+        store.flush()
+        for i, key in enumerate(keys[:2]):
+            item = make_item(key, "a.example", 0, i, State.LEASED)
+            store.record(make_entry(10 + i, key, "scheduled", "lease", "leased"), item)
+        assert [it.key for it in store.backlog("a.example", (-1, 0), 4)] == keys[2:6]
+    finally:
+        store.close()

@@ -74,7 +74,8 @@ class Budgets:
             rule, pattern = "pages_per_domain", domain
         else:
             path, query = _split(url)
-            if c.max_repeated_segments is not None and _repeated_segments(path) > c.max_repeated_segments:
+            limit = c.max_repeated_segments  # a path ("/..." ) has no more segments than slashes: count first
+            if limit is not None and path.count("/") > limit and _repeated_segments(path) > limit:
                 rule, pattern = "repeated_segments", host + _DIGITS.sub("N", path)
             elif query and c.max_query_variants is not None and self.variants[host + path] >= c.max_query_variants:
                 rule, pattern = "query_variants", host + path + "?*"

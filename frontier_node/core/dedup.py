@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from array import array
 
 from frontier_node.core.ports import BodyClaim
@@ -12,9 +11,13 @@ _MASK = (1 << 64) - 1
 
 
 def key_hash(key: str) -> int:
-    """A 64-bit fingerprint of a fetch key (never 0, which marks an empty slot)."""
-    h = int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little")
-    return h or 1
+    """A 64-bit fingerprint of a fetch key (never 0, which marks an empty slot), for this process's sets only.
+
+    Python's string hash (SipHash, keyed per process, cached in the string): ten times cheaper than a blake2b
+    digest. Nothing keeps these fingerprints beyond the process: every set is rebuilt from the store's rows on a
+    restart or a handoff.
+    """
+    return (hash(key) & _MASK) or 1
 
 
 class SeenSet:
@@ -87,52 +90,171 @@ class SeenSet:
                 self.add(v)
 
 
-class BodyIndex:
-    """Bodies already fetched: an exact digest for mirrors and simhash bands for near duplicates.
+class FingerprintMap:
+    """An exact map of 64-bit fingerprints to 64-bit values in two flat arrays, 20 to 31 bytes per entry.
 
-    Four 16-bit bands: two simhashes within Hamming distance 3 share at least one band (pigeonhole), so
-    only the few candidates in those buckets are compared.
+    The same open addressing as SeenSet (slot (h * size) >> 64, linear probing, grown by half at 78% load);
+    0 marks an empty slot, so fingerprints are never 0 (key_hash never is).
     """
+
+    __slots__ = ("_count", "_keys", "_limit", "_size", "_values")
+
+    _MAX_LOAD = 0.78
+    _GROWTH = 1.5
+
+    def __init__(self, capacity: int = 1024) -> None:
+        self._resize(max(16, int(capacity / self._MAX_LOAD) + 1))
+        self._count = 0
+
+    def _resize(self, size: int) -> None:
+        self._size = size
+        self._keys = array("Q", bytes(8 * size))
+        self._values = array("Q", bytes(8 * size))
+        self._limit = int(size * self._MAX_LOAD)
+
+    def __len__(self) -> int:
+        return self._count
+
+    @property
+    def nbytes(self) -> int:
+        return 16 * self._size
+
+    def get(self, h: int) -> int | None:
+        keys, size = self._keys, self._size
+        i = (h * size) >> 64
+        while True:
+            v = keys[i]
+            if v == h:
+                return self._values[i]
+            if v == _EMPTY:
+                return None
+            i += 1
+            if i == size:
+                i = 0
+
+    def setdefault(self, h: int, value: int) -> int:
+        """The value of h, storing `value` first when h is new (first wins)."""
+        keys, size = self._keys, self._size
+        i = (h * size) >> 64
+        while True:
+            v = keys[i]
+            if v == h:
+                return self._values[i]
+            if v == _EMPTY:
+                keys[i] = h
+                self._values[i] = value
+                self._count += 1
+                if self._count > self._limit:
+                    self._grow()
+                return value
+            i += 1
+            if i == size:
+                i = 0
+
+    def _grow(self) -> None:
+        old_keys, old_values = self._keys, self._values
+        self._resize(int(self._size * self._GROWTH) + 1)
+        self._count = 0
+        for k, v in zip(old_keys, old_values, strict=True):
+            if k:
+                self.setdefault(k, v)
+
+
+def body_name(key_fingerprint: int) -> str:
+    """How the in-RAM body index names a page it keeps no key of: its key's fingerprint."""
+    return f"#{key_fingerprint:016x}"
+
+
+_NO_ENTRY = -1
+_BAND_VALUES = 1 << 16
+
+
+class BodyIndex:
+    """Bodies already fetched: an exact digest for mirrors and simhash bands for near duplicates, in RAM.
+
+    Only fingerprints are kept (about 60 bytes per body, where strings of digests and keys took ~600): the
+    digest's fingerprint maps to the fingerprint of the first key fetched with it, and each simhash is kept with
+    its key's fingerprint. So a body is named by `body_name(fingerprint)` rather than by its key: the core only
+    asks whether another page had it. A cluster's shared index (store/redis/bodies.py) names keys.
+
+    Four 16-bit bands: two simhashes within Hamming distance 3 share at least one band (pigeonhole), so only the
+    few candidates chained under those band values are compared. Chains are linked through flat arrays: per band,
+    the last entry of each of the 65,536 band values and, per entry, the one before it under the same value.
+    """
+
+    __slots__ = ("_digests", "_heads", "_links", "_owners", "_sims", "max_distance")
 
     def __init__(self, max_distance: int = 3) -> None:
         self.max_distance = max_distance
-        self.digests: dict[str, str] = {}
-        self._bands: list[dict[int, list[tuple[int, str]]]] = [{}, {}, {}, {}]
+        self._digests = FingerprintMap()
+        self._sims = array("Q")
+        self._owners = array("Q")
+        self._heads: list[array[int]] = []  # allocated with the first simhash (2 MiB in all)
+        self._links: list[array[int]] = [array("i") for _ in range(4)]
+
+    def __len__(self) -> int:
+        return max(len(self._digests), len(self._sims))
+
+    @property
+    def nbytes(self) -> int:
+        arrays = [self._sims, self._owners, *self._heads, *self._links]
+        return self._digests.nbytes + sum(a.itemsize * len(a) for a in arrays)
 
     def seen_digest(self, digest: str) -> str | None:
-        """The key first fetched with this exact body, or None."""
-        return self.digests.get(digest) if digest else None
+        """The name of the key first fetched with this exact body, or None."""
+        owner = self._digests.get(key_hash(digest)) if digest else None
+        return None if owner is None else body_name(owner)
 
-    def near(self, simhash: int) -> str | None:
-        """The key of a body within max_distance bits of this simhash, or None."""
-        if not simhash or self.max_distance < 0:
+    def near(self, simhash: int, other_than: int = 0) -> str | None:
+        """The name of a body within max_distance bits of this simhash (of a key whose fingerprint is not
+        `other_than`), or None."""
+        if not simhash or self.max_distance < 0 or not self._heads:
             return None
+        simhash &= _MASK
+        sims, owners, limit = self._sims, self._owners, self.max_distance
         for band in range(4):
-            bucket = self._bands[band].get((simhash >> (16 * band)) & 0xFFFF)
-            if bucket:
-                for other, key in bucket:
-                    if (other ^ simhash).bit_count() <= self.max_distance:
-                        return key
+            links = self._links[band]
+            i = self._heads[band][(simhash >> (16 * band)) & 0xFFFF]
+            while i != _NO_ENTRY:
+                if (sims[i] ^ simhash).bit_count() <= limit and owners[i] != other_than:
+                    return body_name(owners[i])
+                i = links[i]
         return None
 
     def claim(self, digest: str, simhash: int, key: str) -> BodyClaim:
         """Register the body of `key` (ports.BodyIndex): the key first fetched with this digest, near or not."""
-        first = self.seen_digest(digest)
-        near = self.near(simhash) not in (None, key)
-        self.add(key, digest, simhash)
-        return BodyClaim(None if first == key else first, near)
+        fp = key_hash(key)
+        first = self._digests.setdefault(key_hash(digest), fp) if digest else fp
+        near = self.near(simhash, other_than=fp) is not None
+        self._add_simhash(simhash, fp)
+        return BodyClaim(None if first == fp else body_name(first), near)
 
     def remember(self, digest: str, simhash: int, key: str) -> None:
         self.add(key, digest, simhash)
 
     def mirror_of(self, digest: str, key: str) -> str | None:
-        first = self.seen_digest(digest)
-        return None if first == key else first
+        if not digest:
+            return None
+        first = self._digests.get(key_hash(digest))
+        return None if first is None or first == key_hash(key) else body_name(first)
 
     def add(self, key: str, digest: str, simhash: int) -> None:
+        fp = key_hash(key)
         if digest:
-            self.digests.setdefault(digest, key)
-        if simhash:
-            simhash &= _MASK
-            for band in range(4):
-                self._bands[band].setdefault((simhash >> (16 * band)) & 0xFFFF, []).append((simhash, key))
+            self._digests.setdefault(key_hash(digest), fp)
+        self._add_simhash(simhash, fp)
+
+    def _add_simhash(self, simhash: int, owner: int) -> None:
+        if not simhash:
+            return
+        simhash &= _MASK
+        if not self._heads:
+            self._heads = [array("i", [_NO_ENTRY]) * _BAND_VALUES for _ in range(4)]
+        entry = len(self._sims)
+        self._sims.append(simhash)
+        self._owners.append(owner)
+        for band in range(4):
+            heads = self._heads[band]
+            value = (simhash >> (16 * band)) & 0xFFFF
+            self._links[band].append(heads[value])
+            heads[value] = entry

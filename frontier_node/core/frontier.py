@@ -102,6 +102,7 @@ class Frontier(RobotsItems, Handback, RevisitItems):
         self._run_id = run_id
         self._now = clock.now()
         self._identities: dict[object, tuple[UrlIdentity, int]] = {}
+        self._admission_window = max(1, min(config.window, config.admission_window))
         self._init_revisits()
         self._recover(rows=recover)
 
@@ -272,7 +273,7 @@ class Frontier(RobotsItems, Handback, RevisitItems):
         self._domains.add(item.domain)
         if item.kind is Kind.PAGE and item.origin not in host.robots and item.origin not in host.robots_items:
             self._admit_robots(host, item.origin)
-        host.push(item, self._config.window)
+        host.push(item, self._admission_window)
         self._front.wake(host, self._now)
 
     # ================================================================== leasing

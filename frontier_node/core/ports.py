@@ -47,7 +47,8 @@ class Outbox(Protocol):
 
 class BodyClaim(NamedTuple):
     """What a body index knew of a body before it was claimed: the key first fetched with the exact same body
-    (None when this is the first), and whether a near duplicate (simhash within the distance) was seen."""
+    (None when this is the first; a node's own RAM index, which keeps no keys, names it by the key's fingerprint,
+    core.dedup.body_name), and whether a near duplicate (simhash within the distance) was seen."""
 
     first: str | None
     near: bool
@@ -96,7 +97,8 @@ class Store(Protocol):
         revisited pages that are gone: nothing of them is kept after it)."""
 
     def backlog(self, host: str, after: tuple[int, int], limit: int) -> list[Item]:
-        """Scheduled items of `host` whose (priority, seq) is greater than `after`, in that order (flushes first)."""
+        """Scheduled items of `host` whose (priority, seq) is greater than `after`, in that order, buffered writes
+        included (a store may flush first, or lay its buffered rows over what it reads)."""
 
     def get(self, key: str) -> Item | None: ...
 

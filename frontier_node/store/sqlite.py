@@ -170,6 +170,11 @@ def _item_row(item: Item) -> _ItemRow:
     )  # fmt: skip
 
 
+def _order(row: _ItemRow) -> tuple[int, int]:
+    """(priority, seq) of an items-table row: a host's queue order."""
+    return (row[7], row[8])
+
+
 def _check_entry(entry: Entry) -> None:
     """Refuse a NaN time now: SQLite would store NULL and every later flush would fail on NOT NULL."""
     if entry.at != entry.at:
@@ -198,6 +203,7 @@ class SqliteStore:
         self._lock = threading.Lock()
         self._journal: list[tuple[Any, ...]] = []
         self._rows: dict[str, _ItemRow] = {}
+        self._host_keys: dict[str, set[str]] = {}  # host -> keys of its buffered rows, for backlog() without a commit
         self._robots: dict[str, tuple[str, str, str]] = {}
         self._meta: dict[str, str] = {}
         self._closed = False
@@ -272,6 +278,11 @@ class SqliteStore:
         with self._lock:
             self._journal.append(tuple(entry))
             self._rows[item.key] = row
+            keys = self._host_keys.get(item.host)
+            if keys is None:
+                self._host_keys[item.host] = {item.key}
+            else:
+                keys.add(item.key)
             if self.batch_rows > 0 and len(self._journal) + len(self._rows) >= self.batch_rows:
                 self._flush_locked()
 
@@ -324,6 +335,7 @@ class SqliteStore:
             raise
         self._journal = []
         self._rows = {}
+        self._host_keys = {}
         self._robots = {}
         self._meta = {}
 
@@ -380,12 +392,29 @@ class SqliteStore:
         return None if row is None else str(row[0])
 
     def backlog(self, host: str, after: tuple[int, int], limit: int) -> list[Item]:
-        """Scheduled items of `host` with (priority, seq) > `after`, in that order: one index range scan."""
+        """Scheduled items of `host` with (priority, seq) > `after`, in that order: one index range scan.
+
+        Buffered rows count without a commit (a refill in the middle of a Lease batch used to commit it): the
+        committed rows, read `limit` + (buffered rows of the host) deep, with the buffered rows of the host laid
+        over them, are exactly what a flush and the same scan would give.
+        """
         if limit <= 0:
             return []
         with self._lock:
-            self._flush_locked()
-            rows = self._con.execute(_BACKLOG, (host, after[0], after[1], limit)).fetchall()
+            if self._closed:
+                raise sqlite3.ProgrammingError(f"{self.path}: store is closed")
+            keys = self._host_keys.get(host)
+            depth = limit + len(keys) if keys else limit
+            rows = self._con.execute(_BACKLOG, (host, after[0], after[1], depth)).fetchall()
+            if keys:
+                rows = [r for r in rows if r[0] not in keys]
+                buffered = self._rows
+                for key in keys:
+                    r = buffered[key]
+                    if r[10] == "scheduled" and (r[7], r[8]) > after:
+                        rows.append(r)
+                rows.sort(key=_order)
+                del rows[limit:]
         return [_row_item(r) for r in rows]
 
     def get(self, key: str) -> Item | None:
