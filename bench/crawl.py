@@ -566,8 +566,8 @@ def _turnaround_run(tr: dict[str, Any]) -> list[str]:
     return [
         f" --response-factor {tr['response_factor']:g}:",
         f"   makespan {tr['makespan_s']:.2f} s, politeness bound {tr['politeness_bound_s']:.2f} s: "
-        f"makespan/bound {tr['makespan_over_bound']:.2f} (issue target: <= 2x); with the node's rest of "
-        f"{tr['response_factor']:g} x the response time, bound {tr['resting_bound_s']:.2f} s: "
+        f"makespan/bound {tr['makespan_over_bound']:.2f} (issue target: <= 2x); if every host counted as slow "
+        f"(resting {tr['response_factor']:g} x its response time): bound {tr['resting_bound_s']:.2f} s, "
         f"{tr['makespan_over_resting_bound']:.2f}",
         f"   CPU {tr['cpu_ms_per_page']:.2f} ms/page by rusage incl. startup and report over {tr['pages']} pages "
         f"(polled: worker {tr['cpu_s_polled']['worker']:.1f} s + node {tr['cpu_s_polled']['node']:.1f} s = "
