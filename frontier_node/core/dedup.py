@@ -20,6 +20,19 @@ def key_hash(key: str) -> int:
     return (hash(key) & _MASK) or 1
 
 
+def _probe(slots: array[int], size: int, h: int) -> int:
+    """The slot holding fingerprint h, or the empty slot where it would go: open addressing from slot
+    (h * size) >> 64 with linear probing (the tables never fill: they grow at 78% load)."""
+    i = (h * size) >> 64
+    while True:
+        v = slots[i]
+        if v in (h, _EMPTY):
+            return i
+        i += 1
+        if i == size:
+            i = 0
+
+
 class SeenSet:
     """An exact set of 64-bit fingerprints in one flat array, kept between 10 and 16 bytes per key.
 
@@ -52,34 +65,19 @@ class SeenSet:
 
     def add(self, h: int) -> bool:
         """Insert fingerprint h; True when it was new."""
-        slots, size = self._slots, self._size
-        i = (h * size) >> 64
-        while True:
-            v = slots[i]
-            if v == h:
-                return False
-            if v == _EMPTY:
-                slots[i] = h
-                self._count += 1
-                if self._count > self._limit:
-                    self._grow()
-                return True
-            i += 1
-            if i == size:
-                i = 0
+        slots = self._slots
+        i = _probe(slots, self._size, h)
+        if slots[i] == h:
+            return False
+        slots[i] = h
+        self._count += 1
+        if self._count > self._limit:
+            self._grow()
+        return True
 
     def __contains__(self, h: int) -> bool:
-        slots, size = self._slots, self._size
-        i = (h * size) >> 64
-        while True:
-            v = slots[i]
-            if v == h:
-                return True
-            if v == _EMPTY:
-                return False
-            i += 1
-            if i == size:
-                i = 0
+        slots = self._slots
+        return bool(slots[_probe(slots, self._size, h)] == h)
 
     def _grow(self) -> None:
         old = self._slots
@@ -120,36 +118,21 @@ class FingerprintMap:
         return 16 * self._size
 
     def get(self, h: int) -> int | None:
-        keys, size = self._keys, self._size
-        i = (h * size) >> 64
-        while True:
-            v = keys[i]
-            if v == h:
-                return self._values[i]
-            if v == _EMPTY:
-                return None
-            i += 1
-            if i == size:
-                i = 0
+        i = _probe(self._keys, self._size, h)
+        return self._values[i] if self._keys[i] == h else None
 
     def setdefault(self, h: int, value: int) -> int:
         """The value of h, storing `value` first when h is new (first wins)."""
-        keys, size = self._keys, self._size
-        i = (h * size) >> 64
-        while True:
-            v = keys[i]
-            if v == h:
-                return self._values[i]
-            if v == _EMPTY:
-                keys[i] = h
-                self._values[i] = value
-                self._count += 1
-                if self._count > self._limit:
-                    self._grow()
-                return value
-            i += 1
-            if i == size:
-                i = 0
+        keys = self._keys
+        i = _probe(keys, self._size, h)
+        if keys[i] == h:
+            return self._values[i]
+        keys[i] = h
+        self._values[i] = value
+        self._count += 1
+        if self._count > self._limit:
+            self._grow()
+        return value
 
     def _grow(self) -> None:
         old_keys, old_values = self._keys, self._values
