@@ -45,6 +45,10 @@ _SIMHASH_TEXT = 64 * 1024
 _SENT_LIMIT = 1 << 17
 _IDLE_S = 0.05  # a node that answered empty without waiting (or drained) is asked again after this
 _ARCHIVE_ON_LOOP_BYTES = 256 * 1024
+_START_MARGIN_S = 1.0
+"""A lease that ends sooner than this (or than a quarter of what was left of it when it arrived) by the time its
+fetch would start is handed back unfetched: once it expires the node may hand its host to another worker, and a
+fetch started this late could land beside that one."""
 """A body up to this size is archived on the event loop (compressing it takes well under a millisecond, less than
 handing it to a thread costs); a bigger one on a thread, so fetches in flight are not held."""
 
@@ -59,6 +63,7 @@ class WorkerStats:
     in_flight: int = 0
     links_sent: int = 0
     stale: int = 0
+    late_starts: int = 0
 
 
 class Worker:
@@ -205,7 +210,7 @@ class Worker:
     def _spawn(self, address: str, items: Sequence[pb.LeaseItem]) -> None:
         tasks = self._tasks
         for item in items:
-            task = asyncio.create_task(self._process(address, item))
+            task = asyncio.create_task(self._process(address, item, time.time()))
             tasks.add(task)
             task.add_done_callback(self._task_ended)
 
@@ -290,7 +295,14 @@ class Worker:
 
     # ------------------------------------------------------------------ one item
 
-    async def _process(self, address: str, item: pb.LeaseItem) -> None:
+    async def _process(self, address: str, item: pb.LeaseItem, received: float) -> None:
+        ends = item.deadline_ms / 1000.0
+        if time.time() > ends - min(_START_MARGIN_S, (ends - received) / 4):
+            # Started too late (a loop too busy to start it): hand it back rather than fetch on borrowed time.
+            self.stats.late_starts += 1
+            back = pb.Outcome(error_class="worker_shutdown", error_detail="lease ending before the fetch could start")
+            await self._complete(address, item, back, [], item.deadline_ms / 1000.0)
+            return
         self.stats.in_flight += 1
         if self.metrics is not None:
             self.metrics.in_flight.inc()

@@ -9,6 +9,7 @@ Items a node leased along with a completion after the worker stopped taking work
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 
 import grpc
@@ -114,5 +115,43 @@ def test_items_leased_with_a_completion_after_the_run_stopped_are_handed_back() 
             asyncio.run(scenario())
             again = stub.Lease(pb.LeaseRequest(worker_id="other", max_items=5), timeout=RPC_S).items
             assert [it.url for it in again] == ["http://h0.example/p0"]
+    finally:
+        served.close()
+
+
+def test_a_lease_that_ends_before_its_fetch_could_start_is_handed_back_unfetched(web: LocalWeb) -> None:
+    """A worker whose loop was too busy to start a fetch until its lease nearly ended hands the item back instead of
+    fetching: after expiry the node may give the host to another worker, and the late fetch could land beside
+    that one (two requests at once, or a gap below the delay). The server sees no request; the page goes out again
+    at once."""
+    config = FrontierConfig(politeness=PolitenessConfig(min_delay_s=0.0), lease_s=1.0)
+    served = Served(FrontierService(Frontier(MemoryStore(), WallClock(), config)))
+    page = web.url("a", "/p0")
+    try:
+        with grpc.insecure_channel(served.address, options=grpc_options()) as channel:
+            stub = pb_grpc.FrontierStub(channel)  # type: ignore[no-untyped-call]
+            stub.Discover(pb.DiscoverRequest(links=[pb.Link(observed=page, seed=True)]), timeout=RPC_S)
+            robots = stub.Lease(pb.LeaseRequest(worker_id="setup", max_items=5), timeout=RPC_S).items
+            done = pb.CompleteRequest(lease_id=robots[0].lease_id, generation=robots[0].generation,
+                                      outcome=pb.Outcome(status=404, retry_after_s=-1))  # fmt: skip
+            stub.Complete(done, timeout=RPC_S)
+
+            async def scenario() -> Worker:
+                worker = Worker(StaticRouter(served.address), Fetcher(NetworkPolicy(["127.0.0.0/8"]), UA))
+                try:
+                    items = stub.Lease(pb.LeaseRequest(worker_id=worker.worker_id, max_items=5), timeout=RPC_S).items
+                    assert [it.url for it in items] == [page]
+                    worker._spawn(served.address, items)
+                    time.sleep(0.9)  # the loop is busy elsewhere: the task starts with 0.1 s of its lease left
+                    await asyncio.gather(*worker._tasks)
+                finally:
+                    await worker.close()
+                return worker
+
+            worker = asyncio.run(scenario())
+            assert worker.stats.late_starts == 1 and worker.stats.fetched == 0
+            assert [h for h in web.hits if h.resource != "/robots.txt"] == []
+            again = stub.Lease(pb.LeaseRequest(worker_id="other", max_items=5), timeout=RPC_S).items
+            assert [it.url for it in again] == [page]  # handed back, not left to expire
     finally:
         served.close()
