@@ -166,12 +166,7 @@ async def _serve(
     health = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     reflection.enable_server_reflection((_SERVICE, _HEALTH, reflection.SERVICE_NAME), server)
-    try:
-        port = tls.add_port(server, listen)
-    except RuntimeError as e:
-        raise OSError(f"could not listen on {listen!r}: {e}") from e
-    if port == 0:
-        raise OSError(f"could not listen on {listen!r}")
+    port = tls.add_port(server, listen)
     await server.start()
     for name in ("", _SERVICE):
         await health.set(name, health_pb2.HealthCheckResponse.SERVING)

@@ -233,12 +233,7 @@ async def _serve(
     health_servicer = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection((_SERVICE, _HEALTH, reflection.SERVICE_NAME), server)
-    try:
-        port = tls.add_port(server, listen)
-    except RuntimeError as e:
-        raise OSError(f"could not listen on {listen!r}: {e}") from e
-    if port == 0:
-        raise OSError(f"could not listen on {listen!r}")
+    port = tls.add_port(server, listen)
     await _set_health(health_servicer, _SERVING if serving else _NOT_SERVING)
     await server.start()
     return server, port, health_servicer

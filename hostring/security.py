@@ -118,10 +118,17 @@ class TlsConfig:
         )
 
     def add_port(self, server: grpc.Server | grpc.aio.Server, listen: str) -> int:
-        """Bind `listen` on `server`, with TLS when configured; the bound port (0 when binding failed)."""
-        if self.enabled:
-            return server.add_secure_port(listen, self.server_credentials())
-        return server.add_insecure_port(listen)
+        """Bind `listen` on `server`, with TLS when configured; the bound port, or OSError naming the address."""
+        try:
+            if self.enabled:
+                port = server.add_secure_port(listen, self.server_credentials())
+            else:
+                port = server.add_insecure_port(listen)
+        except RuntimeError as e:
+            raise OSError(f"could not listen on {listen!r}: {e}") from e
+        if port == 0:
+            raise OSError(f"could not listen on {listen!r}")
+        return port
 
     # ------------------------------------------------------------------ client side
 
