@@ -197,7 +197,7 @@ class Worker:
         ended, t0 = self._ended, time.monotonic()
         self._asked += n
         try:
-            items = await self._lease(address, n, wait=True)
+            items = await self._lease(address, n)
         finally:
             self._asked -= n
         self._spawn(address, items)
@@ -274,10 +274,10 @@ class Worker:
         else:
             self.clients.backoff.failed(error.address, "a call", f"store_lost: {error.reason}")
 
-    async def _lease(self, address: str, n: int, *, wait: bool) -> list[pb.LeaseItem]:
+    async def _lease(self, address: str, n: int) -> list[pb.LeaseItem]:
         try:
             resp = await self.stub(address).Lease(
-                pb.LeaseRequest(worker_id=self.worker_id, max_items=n, wait_ms=500 if wait else 0), timeout=10
+                pb.LeaseRequest(worker_id=self.worker_id, max_items=n, wait_ms=500), timeout=10
             )
         except grpc.aio.AioRpcError as e:
             reason = store_lost_reason(e)

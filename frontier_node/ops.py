@@ -190,16 +190,16 @@ class Complete(Op[list[Settled]]):
         while end < len(self.completions) and (budget > 0 or end == start):
             budget -= 1 + len(self.completions[end].links)
             end += 1
-        primed = self.prime is not None and end - start > 1
-        if self.prime is not None and primed:
+        prime = self.prime if end - start > 1 else None  # one completion claims on its own: nothing to save
+        if prime is not None:
             claims = [core.body_claim(r.lease_id, r.generation, r.outcome) for r in self.completions[start:end]]
-            self.prime([c for c in claims if c is not None])
+            prime([c for c in claims if c is not None])
         try:
             for request in self.completions[start:end]:
                 self.settled.append(self._one(core, request))
         finally:
-            if self.prime is not None and primed:
-                self.prime([])  # answers not asked for must not answer a later claim
+            if prime is not None:
+                prime([])  # answers not asked for must not answer a later claim
         if len(self.settled) < len(self.completions):
             return Step.MORE
         if self.lease is not None and self.lease[1] > 0:
