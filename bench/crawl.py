@@ -431,7 +431,6 @@ class Workload:
     polite: NavWebSpec
     polite_delay: float
     turnaround: NavWebSpec
-    turnaround_factors: tuple[float, ...]
     profile: NavWebSpec | None
     timeout_s: float
 
@@ -443,7 +442,6 @@ FULL = Workload(
     # the issue's target shape: ~2,100 pages over six origins, ~136 links a page
     # service time: the issue's bound of ~5.2 s over ~350 requests an origin is ~15 ms a response
     turnaround=NavWebSpec(origins=6, pages_per_origin=350, nav=130, content=6, service_s=0.015),
-    turnaround_factors=(1.0,),
     profile=NavWebSpec(origins=6, pages_per_origin=350, nav=130, content=6),
     timeout_s=600,
 )
@@ -452,7 +450,6 @@ QUICK = Workload(
     polite=NavWebSpec(origins=3, pages_per_origin=15, nav=10, content=2),
     polite_delay=0.2,
     turnaround=NavWebSpec(origins=3, pages_per_origin=30, nav=20, content=3, service_s=0.005),
-    turnaround_factors=(1.0,),
     profile=None,
     timeout_s=90,
 )
@@ -496,7 +493,7 @@ def run(w: Workload, keep: Path | None = None) -> dict[str, Any]:
         figures["politeness"] = polite
 
         # 3. turnaround: the issue's workload at --delay 0
-        figures["turnaround"] = [run_turnaround(w.turnaround, tmp, w.timeout_s, f) for f in w.turnaround_factors]
+        figures["turnaround"] = run_turnaround(w.turnaround, tmp, w.timeout_s)
 
         # 4. profile
         if w.profile is not None:
@@ -524,19 +521,17 @@ def run(w: Workload, keep: Path | None = None) -> dict[str, Any]:
     figures["politeness_bound_s"] = figures["politeness"]["politeness_bound_s"]
     figures["makespan_over_bound"] = figures["politeness"]["makespan_over_bound"]
     figures["politeness_cpu_ms_per_page"] = figures["politeness"]["cpu_ms_per_page"]
-    figures["turnaround_makespan_over_bound"] = figures["turnaround"][0]["makespan_over_bound"]
-    figures["turnaround_cpu_ms_per_page"] = figures["turnaround"][0]["cpu_ms_per_page"]
+    figures["turnaround_makespan_over_bound"] = figures["turnaround"]["makespan_over_bound"]
+    figures["turnaround_cpu_ms_per_page"] = figures["turnaround"]["cpu_ms_per_page"]
     return figures
 
 
-def run_turnaround(spec: NavWebSpec, tmp: Path, timeout: float, response_factor: float = 1.0) -> dict[str, Any]:
-    """Run 3: the issue's link-heavy web at --delay 0, one request in flight per origin; makespan against the bound.
-
-    A host rests factor x its response time only when slow (>= --slow-response) or backing off; `resting_bound_s`
-    is the bound with that rest added as if every host were slow (n x (1 + factor) x median), for reference."""
-    name = f"turnaround-f{response_factor:g}"
+def run_turnaround(spec: NavWebSpec, tmp: Path, timeout: float) -> dict[str, Any]:
+    """Run 3: the issue's link-heavy web at --delay 0, one request in flight per origin, every other politeness flag
+    at its default; makespan against the bound."""
+    name = "turnaround"
     with WebProcess(spec, tmp / f"{name}-web.jsonl") as web:
-        r = run_crawl(web, tmp, name, delay=0.0, timeout=timeout, extra=["--response-factor", str(response_factor)])
+        r = run_crawl(web, tmp, name, delay=0.0, timeout=timeout)
         time.sleep(0.2)
         hits = web.hits()
     if r.returncode != 0:
@@ -544,31 +539,16 @@ def run_turnaround(spec: NavWebSpec, tmp: Path, timeout: float, response_factor:
         raise RuntimeError(f"turnaround crawl exited {r.returncode}: {err}")
     turn = crawl_figures(r, hits, oracle_for(spec.model()))
     turn.update(politeness(hits, 0.0))
-    turn["response_factor"] = response_factor
-    resting = max(o["requests"] * (1 + response_factor) * o["median_response_s"] for o in turn["per_origin"].values())
-    turn["resting_bound_s"] = round(resting, 3)
-    turn["makespan_over_resting_bound"] = round(turn["makespan_s"] / resting, 3)
     return turn
 
 
-def turnaround_lines(runs: list[dict[str, Any]], tw: dict[str, Any]) -> list[str]:
-    lines = [
+def turnaround_lines(tr: dict[str, Any], tw: dict[str, Any]) -> list[str]:
+    return [
         f"3. turnaround (issue 10): {tw['origins']} origins x {tw['pages_per_origin']} pages, every page repeating "
         f"the same {tw['nav']} nav links + {tw['content']} content links, server think time "
-        f"{tw['service_s'] * 1000:.0f} ms a response, --delay 0, 1 request in flight per origin"
-    ]
-    for tr in runs:
-        lines += _turnaround_run(tr)
-    return lines
-
-
-def _turnaround_run(tr: dict[str, Any]) -> list[str]:
-    return [
-        f" --response-factor {tr['response_factor']:g}:",
+        f"{tw['service_s'] * 1000:.0f} ms a response, --delay 0, 1 request in flight per origin, default flags",
         f"   makespan {tr['makespan_s']:.2f} s, politeness bound {tr['politeness_bound_s']:.2f} s: "
-        f"makespan/bound {tr['makespan_over_bound']:.2f} (issue target: <= 2x); if every host counted as slow "
-        f"(resting {tr['response_factor']:g} x its response time): bound {tr['resting_bound_s']:.2f} s, "
-        f"{tr['makespan_over_resting_bound']:.2f}",
+        f"makespan/bound {tr['makespan_over_bound']:.2f} (issue target: <= 2x)",
         f"   CPU {tr['cpu_ms_per_page']:.2f} ms/page by rusage incl. startup and report over {tr['pages']} pages "
         f"(polled: worker {tr['cpu_s_polled']['worker']:.1f} s + node {tr['cpu_s_polled']['node']:.1f} s = "
         f"{tr['cpu_ms_per_page_polled']:.2f} ms/page; after the first request "
@@ -661,7 +641,7 @@ def _turnaround_only(w: Workload, keep: Path | None, *, as_json: bool) -> int:
     m = machine()
     tmpdir = tempfile.mkdtemp(prefix="hostring-bench-crawl-", dir=keep)
     try:
-        tr = [run_turnaround(w.turnaround, Path(tmpdir), w.timeout_s, f) for f in w.turnaround_factors]
+        tr = run_turnaround(w.turnaround, Path(tmpdir), w.timeout_s)
     finally:
         if keep is None:
             shutil.rmtree(tmpdir, ignore_errors=True)
