@@ -4,13 +4,16 @@ sequences (with the Driver that applies them) that compare a backend with the re
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from hypothesis import strategies as st
 
+from frontier_node.core.frontier import Frontier
 from frontier_node.core.ports import Store
-from frontier_node.core.records import Entry, Item, Kind
+from frontier_node.core.records import Entry, Item, Kind, Outcome
 from frontier_node.core.states import State
+from hostring.clock import VirtualClock
 from hostring.domains import registrable_domain
 
 
@@ -172,3 +175,22 @@ class Driver:
         elif kind == "get":
             return store.get(KEYS[op[1]])
         return None
+
+
+def lease_until(f: Frontier, clock: VirtualClock, key: str, digest: Callable[[str], str], step: float = 1.0) -> Item:
+    """Lease until `key` is out, advancing the clock by `step` between rounds. On the way robots.txt files answer
+    404 and other pages a body named `digest(key)` the first time, 304 on a revisit."""
+    for _ in range(100_000):
+        wanted = None
+        for it in f.lease("w", 10):
+            if it.key == key:
+                wanted = it
+            elif it.kind is Kind.ROBOTS:
+                f.complete(it.key, it.generation, Outcome(status=404))
+            else:
+                done = Outcome(status=304) if it.checked_at else Outcome(status=200, body_digest=digest(it.key))
+                f.complete(it.key, it.generation, done)
+        if wanted is not None:
+            return wanted
+        clock.advance(step)
+    raise AssertionError(f"{key} was never leased")

@@ -32,6 +32,7 @@ import pytest
 import redis
 
 from frontier_node.store.redis import RedisStore
+from hostring.ring import Ring
 from hostring.v1 import coordinator_pb2 as cpb
 from hostring.v1 import coordinator_pb2_grpc as cpb_grpc
 from hostring_testing import LocalWeb, Oracle, oracle_for, random_model, render_model
@@ -82,15 +83,19 @@ def running(c: Cluster) -> Iterator[Cluster]:
         raise
 
 
-def crawl_to_30_percent(c: Cluster, web: LocalWeb, oracle: Oracle) -> None:
-    """A coordinator, nodes n1 and n2 and a worker running until drained, crawling `web` until 30% is fetched."""
+def crawl_to_30_percent(
+    c: Cluster, web: LocalWeb, oracle: Oracle, nodes: int = 2, workers: int = 1, *, until_drained: bool = False
+) -> Ring:
+    """A coordinator, nodes n1.. and workers w1.. crawling `web` until 30% of it is fetched; the settled ring."""
+    names = [f"n{i}" for i in range(1, nodes + 1)]
     c.hits_of = lambda: len(web.hits)
     c.start_coordinator()
-    c.start_nodes("n1", "n2")
-    c.wait_settled({"n1", "n2"}, STARTUP_TIMEOUT_S)
+    c.start_nodes(*names)
+    ring = c.wait_settled(set(names), STARTUP_TIMEOUT_S)
     c.seed(oracle.seed_urls(web))
-    c.start_workers("w1", until_drained=True)
+    c.start_workers(*(f"w{i}" for i in range(1, workers + 1)), until_drained=until_drained)
     wait_for(lambda: len(web.hits) >= 0.3 * expected_requests(oracle), 60, "30% of the crawl")
+    return ring
 
 
 # ============================================================================================== Redis faults
@@ -110,7 +115,7 @@ def test_redis_restarted_empty_is_loud(tmp_path: Path) -> None:
             Cluster(tmp_path / "logs", srv.url, heartbeat_timeout=3.0, delay=0.3, lease_s=10.0) as c,
             running(c),
         ):
-            crawl_to_30_percent(c, web, oracle)
+            crawl_to_30_percent(c, web, oracle, until_drained=True)
             c.note("SHUTDOWN NOSAVE")
             with contextlib.suppress(redis.ConnectionError):
                 redis.Redis.from_url(srv.url).shutdown(nosave=True)
@@ -144,7 +149,7 @@ def test_redis_restarted_with_its_data_is_not_lost(tmp_path: Path) -> None:
             Cluster(tmp_path / "logs", srv.url, heartbeat_timeout=3.0, delay=0.2, lease_s=10.0) as c,
             running(c),
         ):
-            crawl_to_30_percent(c, web, oracle)
+            crawl_to_30_percent(c, web, oracle, until_drained=True)
             c.note("SIGKILL redis")
             srv.proc.kill()
             srv.proc.wait(10)
@@ -280,13 +285,7 @@ def test_dead_owner_is_backed_off_and_its_completions_are_settled_by_its_success
         Cluster(tmp_path, empty_redis, heartbeat_timeout=heartbeat_s, delay=0.25, lease_s=lease_s) as c,
         running(c),
     ):
-        c.hits_of = lambda: len(web.hits)
-        c.start_coordinator()
-        c.start_nodes("n1", "n2", "n3")
-        c.wait_settled({"n1", "n2", "n3"}, STARTUP_TIMEOUT_S)
-        c.seed(oracle.seed_urls(web))
-        c.start_workers("w1", "w2")
-        wait_for(lambda: len(web.hits) >= 0.3 * expected_requests(oracle), 60, "30% of the crawl")
+        crawl_to_30_percent(c, web, oracle, nodes=3, workers=2)
         work = {n: c.stats(n).in_flight for n in ("n1", "n2", "n3")}
         victim = max(work, key=lambda n: (work[n], n))
         dead = c.addresses[victim]
@@ -314,13 +313,7 @@ def test_coordinator_sigkill_the_cluster_keeps_crawling_and_recovers(tmp_path: P
         Cluster(tmp_path, empty_redis, heartbeat_timeout=3.0, delay=0.2, lease_s=10.0) as c,
         running(c),
     ):
-        c.hits_of = lambda: len(web.hits)
-        c.start_coordinator()
-        c.start_nodes("n1", "n2", "n3")
-        ring = c.wait_settled({"n1", "n2", "n3"}, STARTUP_TIMEOUT_S)
-        c.seed(oracle.seed_urls(web))
-        c.start_workers("w1", "w2")
-        wait_for(lambda: len(web.hits) >= 0.3 * expected_requests(oracle), 60, "30% of the crawl")
+        ring = crawl_to_30_percent(c, web, oracle, nodes=3, workers=2)
         port = int(c.coordinator.rsplit(":", 1)[1])
         c.procs["coordinator"].stop(signal.SIGKILL)
         c.note("coordinator SIGKILLed")
@@ -346,13 +339,7 @@ def test_node_sigkill_during_a_join_handoff_loses_nothing(tmp_path: Path, empty_
         Cluster(tmp_path, empty_redis, heartbeat_timeout=2.0, delay=delay, lease_s=5.0) as c,
         running(c),
     ):
-        c.hits_of = lambda: len(web.hits)
-        c.start_coordinator()
-        c.start_nodes("n1", "n2", "n3")
-        c.wait_settled({"n1", "n2", "n3"}, STARTUP_TIMEOUT_S)
-        c.seed(oracle.seed_urls(web))
-        c.start_workers("w1", "w2")
-        wait_for(lambda: len(web.hits) >= 0.3 * expected_requests(oracle), 60, "30% of the crawl")
+        crawl_to_30_percent(c, web, oracle, nodes=3, workers=2)
         epoch = c.ring().epoch
         c.start_nodes("n4")
         wait_for(lambda: c.ring().epoch > epoch, 20, "n4 to join the ring")

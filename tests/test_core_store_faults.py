@@ -22,6 +22,7 @@ from frontier_node.store.memory import MemoryStore
 from frontier_node.store.redis.bodies import RedisBodyIndex
 from hostring.clock import VirtualClock
 from hostring_testing.redis_server import RedisServer
+from tests.store_helpers import lease_until
 
 AOF = ("--appendonly", "yes", "--appendfsync", "always")
 HOME = "http://a.example/"
@@ -60,22 +61,8 @@ def _node(server: RedisServer, clock: VirtualClock, revisit: RevisitConfig | Non
     return f
 
 
-def _lease_page(f: Frontier, clock: VirtualClock, key: str) -> Item:
-    """Lease until `key` is out: robots.txt answers 404, other pages a body of their own (304 on a revisit)."""
-    for _ in range(10_000):
-        wanted = None
-        for it in f.lease("w", 10):
-            if it.key == key:
-                wanted = it
-            elif it.kind is Kind.ROBOTS:
-                f.complete(it.key, it.generation, Outcome(status=404))
-            else:
-                done = Outcome(status=304) if it.checked_at else Outcome(status=200, body_digest="sha256:" + it.key)
-                f.complete(it.key, it.generation, done)
-        if wanted is not None:
-            return wanted
-        clock.advance(0.5)
-    raise AssertionError(f"{key} was never leased")
+def _own_body(key: str) -> str:
+    return "sha256:" + key
 
 
 def _crawl_out(f: Frontier, clock: VirtualClock) -> None:
@@ -107,7 +94,7 @@ def test_a_completion_that_cannot_reach_the_body_index_changes_nothing(
     clock = VirtualClock()
     f = _node(server[0], clock)
     f.discover([Link(HOME, seed=True)])
-    it = _lease_page(f, clock, HOME)
+    it = lease_until(f, clock, HOME, _own_body, step=0.5)
     server[0].proc.kill()
     server[0].proc.wait(10)
     links = [Link(f"{HOME}p{i}", base_url=HOME, depth=1) for i in range(3)]
@@ -127,9 +114,9 @@ def test_a_revisit_that_cannot_reach_the_body_index_changes_nothing(server: list
     clock = VirtualClock()
     f = _node(server[0], clock, RevisitConfig("fixed", 100.0, 10.0, 1000.0))
     f.discover([Link(HOME, seed=True)])
-    it = _lease_page(f, clock, HOME)
+    it = lease_until(f, clock, HOME, _own_body, step=0.5)
     f.complete(it.key, it.generation, Outcome(status=200, body_digest="sha256:v1"))
-    it = _lease_page(f, clock, HOME)
+    it = lease_until(f, clock, HOME, _own_body, step=0.5)
     assert it.checked_at > 0, "the second lease of the page is its revisit"
     server[0].proc.kill()
     server[0].proc.wait(10)

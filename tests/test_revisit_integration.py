@@ -13,11 +13,12 @@ from frontier_node.core.config import FrontierConfig, PolitenessConfig, RevisitC
 from frontier_node.core.frontier import Frontier
 from frontier_node.core.handback import HANDED_BACK
 from frontier_node.core.journal import replay
-from frontier_node.core.records import Item, Kind, Link, LinkLike, Outcome
+from frontier_node.core.records import Kind, Link, LinkLike, Outcome
 from frontier_node.core.states import TRANSITIONS, Event, State
 from frontier_node.store.memory import MemoryStore
 from frontier_node.store.redis.bodies import RedisBodyIndex
 from hostring.clock import VirtualClock
+from tests.store_helpers import lease_until
 
 REVISIT_FIELDS = ("due_at", "checked_at", "stored_at", "interval_s", "visits", "changes", "watched_s", "changed_s")
 REFUSED = Outcome(error_class="network_policy", error_detail="network policy refuses 'a' at 10.0.0.1: private")
@@ -30,25 +31,6 @@ def _frontier(store: MemoryStore, clock: VirtualClock, retention_s: float = 10_0
 
 def _digest(key: str) -> str:
     return "sha256:" + key.rsplit("/", 1)[1]
-
-
-def _next_page(f: Frontier, clock: VirtualClock, key: str, step: float = 1.0) -> Item:
-    """Wait for `key`'s next lease. On the way robots.txt files answer 404, other pages their own body the first
-    time and 304 on a revisit."""
-    for _ in range(100_000):
-        wanted = None
-        for it in f.lease("w", 10):
-            if it.key == key:
-                wanted = it
-            elif it.kind is Kind.ROBOTS:
-                f.complete(it.key, it.generation, Outcome(status=404))
-            else:
-                done = Outcome(status=304) if it.checked_at else Outcome(status=200, body_digest=_digest(it.key))
-                f.complete(it.key, it.generation, done)
-        if wanted is not None:
-            return wanted
-        clock.advance(step)
-    raise AssertionError(f"{key} was never leased again")
 
 
 def _journal_agrees(store: MemoryStore) -> None:
@@ -75,16 +57,16 @@ def test_revisits_handed_back_refetched_refused_pruned_and_reconsidered_replay_t
     f = _frontier(store, clock, retention_s=500.0)
     one, two = "http://a.example/one", "http://b.example/two"
     f.discover([Link(one), Link(two)])
-    it = _next_page(f, clock, one)  # `two` is fetched on the way
+    it = lease_until(f, clock, one, _digest)  # `two` is fetched on the way
     f.complete(it.key, it.generation, Outcome(status=200, body_digest=_digest(one), etag='"1"'))
 
     # a stopping worker hands a revisit back: scheduled again at once, and it still completes as a revisit
-    it = _next_page(f, clock, one)
+    it = lease_until(f, clock, one, _digest)
     assert it.checked_at > 0
     generation = it.generation
     done = f.complete(it.key, generation, Outcome(error_class=HANDED_BACK))
     assert (done.accepted, done.state, done.reason) == (True, "scheduled", HANDED_BACK)
-    again = _next_page(f, clock, one, step=0.1)
+    again = lease_until(f, clock, one, _digest, step=0.1)
     assert again.generation > generation
     done = f.complete(again.key, again.generation, Outcome(status=304))
     assert done.reason == "revisit:not_modified"
@@ -97,7 +79,7 @@ def test_revisits_handed_back_refetched_refused_pruned_and_reconsidered_replay_t
 
     # the other page's revisit is refused by the network policy: retired, its history kept for the retention period,
     # then cleared; the reason stays (the report counts it, and it is still a refusal a wider policy lifts)
-    it = _next_page(f, clock, two)
+    it = lease_until(f, clock, two, _digest)
     assert f.complete(it.key, it.generation, REFUSED).state == "failed"
     assert store.get(two).visits > 0  # type: ignore[union-attr]
     clock.advance(600.0)
@@ -108,7 +90,7 @@ def test_revisits_handed_back_refetched_refused_pruned_and_reconsidered_replay_t
 
     # a run under a wider policy reconsiders it: it is fetched again, as a revisit of the stored copy
     assert f.reconsider(["network_policy"]) == {"network_policy": 1}
-    it = _next_page(f, clock, two)
+    it = lease_until(f, clock, two, _digest)
     done = f.complete(it.key, it.generation, Outcome(status=200, body_digest=_digest(two)))
     assert done.reason == "revisit:unchanged"
     row = store.get(two)
@@ -144,16 +126,17 @@ def test_a_revisit_whose_body_mirrors_another_nodes_page_is_not_followed(redis_u
     page_a, page_b = "http://a.example/news", "http://b.example/story"
     a.discover([Link(page_a)])
     b.discover([Link(page_b)])
-    it = _next_page(b, clock, page_b)  # node B fetches its page first: the body is claimed cluster-wide
+    it = lease_until(b, clock, page_b, _digest)  # node B fetches its page first: the body is claimed cluster-wide
     b.complete(it.key, it.generation, Outcome(status=200, body_digest="sha256:story"))
-    it = _next_page(a, clock, page_a)
+    it = lease_until(a, clock, page_a, _digest)
     assert a.complete(it.key, it.generation, Outcome(status=200, body_digest="sha256:news")).follow_links
 
     link = [Link("http://a.example/next", depth=1)]
-    it = _next_page(a, clock, page_a)  # the page now carries node B's body: a mirror, its links are not followed
+    # the page now carries node B's body: a mirror, its links are not followed
+    it = lease_until(a, clock, page_a, _digest)
     done = a.complete(it.key, it.generation, Outcome(status=200, body_digest="sha256:story"), link)
     assert (done.reason, done.follow_links, done.admitted) == ("revisit:changed", False, 0)
-    it = _next_page(a, clock, page_a)  # a body of its own again: followed
+    it = lease_until(a, clock, page_a, _digest)  # a body of its own again: followed
     done = a.complete(it.key, it.generation, Outcome(status=200, body_digest="sha256:news-2"), link)
     assert (done.reason, done.follow_links, done.admitted) == ("revisit:changed", True, 1)
 
