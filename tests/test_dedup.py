@@ -44,7 +44,7 @@ def test_key_hash_is_stable_and_never_zero() -> None:
 def test_near_duplicates_match_brute_force(stored: list[int], probe: int) -> None:
     index = BodyIndex(max_distance=3)
     for i, h in enumerate(stored):
-        index.add(f"k{i}", "", h)
+        index.remember("", h, f"k{i}")
     found = index.near(probe)
     brute = [h for h in stored if (h ^ probe).bit_count() <= 3]
     assert (found is not None) == bool(brute)
@@ -52,12 +52,12 @@ def test_near_duplicates_match_brute_force(stored: list[int], probe: int) -> Non
 
 def test_exact_digest_names_the_first_key() -> None:
     index = BodyIndex()
-    index.add("a", "sha256:1", 0)
-    index.add("b", "sha256:1", 0)
+    index.remember("sha256:1", 0, "a")
+    index.remember("sha256:1", 0, "b")
     assert index.seen_digest("sha256:1") == body_name(key_hash("a"))
     assert index.seen_digest("sha256:2") is None
     near = 0b1011 << 40
-    index.add("c", "", near)
+    index.remember("", near, "c")
     assert index.near(near ^ 0b111) == body_name(key_hash("c"))
     assert index.near(near ^ 0b1111) is None
 

@@ -213,19 +213,17 @@ class BodyIndex:
         return BodyClaim(None if first == fp else body_name(first), near)
 
     def remember(self, digest: str, simhash: int, key: str) -> None:
-        self.add(key, digest, simhash)
+        """Register a body known from the store (adoption, replay) without asking what was there before."""
+        fp = key_hash(key)
+        if digest:
+            self._digests.setdefault(key_hash(digest), fp)
+        self._add_simhash(simhash, fp)
 
     def mirror_of(self, digest: str, key: str) -> str | None:
         if not digest:
             return None
         first = self._digests.get(key_hash(digest))
         return None if first is None or first == key_hash(key) else body_name(first)
-
-    def add(self, key: str, digest: str, simhash: int) -> None:
-        fp = key_hash(key)
-        if digest:
-            self._digests.setdefault(key_hash(digest), fp)
-        self._add_simhash(simhash, fp)
 
     def _add_simhash(self, simhash: int, owner: int) -> None:
         if not simhash:
