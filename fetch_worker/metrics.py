@@ -1,5 +1,5 @@
 """Prometheus metrics of a fetch worker (`hostring_worker_*`): durations, sizes, outcomes, fetches in flight,
-refused addresses; each observed as the fetch ends."""
+refused addresses, fetches cut off by a lost lease; each observed as the fetch ends."""
 
 from __future__ import annotations
 
@@ -38,8 +38,18 @@ class WorkerMetrics:
         self.refused = Counter(
             "hostring_worker_refused_addresses", "Connections refused by the network policy", ["reason"], registry=r
         )
+        self.leases_lost = Counter(
+            "hostring_worker_leases_lost",
+            "Fetches cut off because a renewal said the lease was gone (nothing archived or reported)",
+            registry=r,
+        )
         self.requests = 0
         """Requests made (robots.txt included; refused addresses are not contacted), for a crawl's summary."""
+
+    def lease_lost(self) -> None:
+        """A fetch cut off because its lease is gone: its request was made, its outcome is not observed."""
+        self.requests += 1
+        self.leases_lost.inc()
 
     def observe(self, result: FetchResult) -> None:
         if result.error_class != "network_policy":  # a refused address is never contacted

@@ -64,6 +64,8 @@ class WorkerStats:
     links_sent: int = 0
     stale: int = 0
     late_starts: int = 0
+    leases_lost: int = 0
+    """Fetches cut off because a renewal said the lease was gone (nothing archived or reported for them)."""
 
 
 class Worker:
@@ -307,17 +309,26 @@ class Worker:
         if self.metrics is not None:
             self.metrics.in_flight.inc()
         deadline = [item.deadline_ms / 1000.0]
-        renewer = asyncio.create_task(self._keep_renewed(address, item, deadline))
+        cut = asyncio.timeout(None)
+        renewer = asyncio.create_task(self._keep_renewed(address, item, deadline, cut))
         outcome = pb.Outcome(retry_after_s=-1)
         links: list[pb.Link] = []
         try:
+            try:
+                async with cut:
+                    if item.kind == pb.ROBOTS:
+                        result = await self.fetcher.fetch_robots(item.url, follow=False)
+                    else:
+                        result = await self.fetcher.fetch(item.url, etag=item.etag, last_modified=item.last_modified)
+            except TimeoutError:
+                if not cut.expired():
+                    raise
+                self._lease_lost(item, renewer.result())  # the renewer cut the fetch, and ended with why
+                return
+            outcome = self._outcome(result)
             if item.kind == pb.ROBOTS:
-                result = await self.fetcher.fetch_robots(item.url, follow=False)
-                outcome = self._outcome(result)
                 outcome.robots_body = result.body[:ROBOTS_MAX_BYTES]
             else:
-                result = await self.fetcher.fetch(item.url, etag=item.etag, last_modified=item.last_modified)
-                outcome = self._outcome(result)
                 links = self._links(item, result, outcome)
             if self.warc is not None and result.status:
                 if len(result.body) <= _ARCHIVE_ON_LOOP_BYTES:
@@ -464,10 +475,7 @@ class Worker:
                 log.error("could not complete %s before its lease's deadline; it will be handed out again", item.url)
                 return
             await asyncio.sleep(max(0.05, min(wait, deadline - time.time())))
-            with contextlib.suppress(Exception):
-                await self.router.refresh()
-            with contextlib.suppress(LookupError):
-                address = self.router.owner(item.domain) if item.domain else address
+            address = await self._owner(item, address)
         if not resp.accepted:
             self.stats.stale += 1
         elif resp.follow_links:
@@ -485,19 +493,45 @@ class Worker:
         except NodeStoreLost as e:
             self._store_lost(e)
 
-    async def _keep_renewed(self, address: str, item: pb.LeaseItem, deadline: list[float]) -> None:
+    async def _owner(self, item: pb.LeaseItem, address: str) -> str:
+        """The node that owns the item's domain at the newest ring (`address` when the ring cannot say)."""
+        with contextlib.suppress(Exception):
+            await self.router.refresh()
+        with contextlib.suppress(LookupError):
+            return self.router.owner(item.domain) if item.domain else address
+        return address
+
+    async def _keep_renewed(self, address: str, item: pb.LeaseItem, deadline: list[float], cut: asyncio.Timeout) -> str:
         """Renew the lease at half its remaining time, for as long again as first granted, while the fetch goes on;
-        `deadline[0]` follows the deadline the node granted."""
+        `deadline[0]` follows the deadline the node granted.
+
+        When the domain's owner answers that the lease is gone (expired, released, or leased again under a newer
+        generation), the fetch is cut (`cut` expires at once: the node may have given the host to another fetch)
+        and the reason returned. A node that no longer owns the domain is not the last word: the renewal goes on
+        to the new owner, which adopted the leased row.
+        """
         span_ms = int(max(1.0, deadline[0] - time.time()) * 1000)
+        request = pb.RenewRequest(lease_id=item.lease_id, generation=item.generation, extend_ms=span_ms)
         while True:
             await asyncio.sleep(max(0.5, (deadline[0] - time.time()) / 2))
             try:
-                resp = await self.stub(address).Renew(
-                    pb.RenewRequest(lease_id=item.lease_id, generation=item.generation, extend_ms=span_ms),
-                    timeout=10,
-                )
+                resp = await self.stub(address).Renew(request, timeout=10)
+                if not resp.ok and (owner := await self._owner(item, address)) != address:
+                    address = owner  # a ring change: the new owner adopted the leased row
+                    resp = await self.stub(address).Renew(request, timeout=10)
             except grpc.aio.AioRpcError:
                 continue
-            if not resp.ok:
-                return
-            deadline[0] = resp.deadline_ms / 1000.0
+            if resp.ok:
+                deadline[0] = resp.deadline_ms / 1000.0
+                continue
+            with contextlib.suppress(RuntimeError):  # the fetch already ended: nothing left to cut
+                cut.reschedule(-1.0)
+            return resp.reason or "lease_gone"
+
+    def _lease_lost(self, item: pb.LeaseItem, reason: str) -> None:
+        """Count and log a fetch cut off because its lease is gone: nothing of it is archived or reported (the
+        node would keep a Complete as late evidence only)."""
+        self.stats.leases_lost += 1
+        if self.metrics is not None:
+            self.metrics.lease_lost()
+        log.warning("lease of %s is gone (%s): fetch cut off, nothing archived or reported", item.url, reason)

@@ -100,6 +100,7 @@ METRICS: dict[str, set[str]] = {
     "hostring_worker_fetch_outcomes_total": {"outcome"},
     "hostring_worker_fetches_in_flight": set(),
     "hostring_worker_refused_addresses_total": {"reason"},
+    "hostring_worker_leases_lost_total": set(),
     "hostring_coordinator_members": {"healthy"},
     "hostring_coordinator_ring_epoch": set(),
     "hostring_coordinator_ring_changes_total": set(),
