@@ -33,7 +33,7 @@ from frontier_node.core.retry import Action, backoff_s, classify
 from frontier_node.core.revisit import describe
 from frontier_node.core.revisit_items import RevisitItems
 from frontier_node.core.robots import RobotsPolicy, RobotsRecord, RobotsVerdict
-from frontier_node.core.robots_items import RobotsItems, remote_home
+from frontier_node.core.robots_items import RobotsItems, RobotsPlan, remote_home
 from frontier_node.core.states import Event, State, next_state
 from frontier_node.core.views import CoverageInput, FrontierStats, HostView
 from hostring.clock import Clock
@@ -103,6 +103,7 @@ class Frontier(RobotsItems, Handback, RevisitItems):
         self._now = clock.now()
         self._identities: dict[object, tuple[UrlIdentity, int]] = {}
         self._admission_window = max(1, min(config.window, config.admission_window))
+        self._read_ahead: dict[str, list[Item]] = {}  # host -> its queued rows, read before a drain (_read_backlogs)
         self._init_revisits()
         self._recover(rows=recover)
 
@@ -398,22 +399,29 @@ class Frontier(RobotsItems, Handback, RevisitItems):
             return Completion(True, item.state.value, False, HANDED_BACK)
         seen = self._ask_bodies(item, outcome)
         now = self._clock.now()
-        self._leases.settle(key)
-        self._events["completed"] += 1
         front = self._front
         host = front.host(item.host, item.domain)
-        front.free_slot(host)
-        if outcome.remote_ip:
-            host.ip = outcome.remote_ip
-        if item.kind is Kind.ROBOTS:
-            done = self._complete_robots(item, host, outcome, now)
-            home = self._robots_home(item)
-            if home is not host:
-                front.wake_now(home)
-        else:
-            done = self._complete_page(item, host, outcome, now, seen)
-        front.pace_address(host)
-        front.wake_now(host)
+        plan = self._plan_robots(item, outcome, now) if item.kind is Kind.ROBOTS else None
+        drains = self._drains(item, host, outcome, plan)
+        if drains:
+            self._read_backlogs(drains)
+        try:
+            self._leases.settle(key)
+            self._events["completed"] += 1
+            front.free_slot(host)
+            if outcome.remote_ip:
+                host.ip = outcome.remote_ip
+            if plan is not None:
+                done = self._complete_robots(item, host, outcome, now, plan)
+                home = self._robots_home(item)
+                if home is not host:
+                    front.wake_now(home)
+            else:
+                done = self._complete_page(item, host, outcome, now, seen)
+            front.pace_address(host)
+            front.wake_now(host)
+        finally:
+            self._forget_backlogs()
         if done.follow_links and links:
             for link, verdict in zip(links, self.discover(links), strict=True):
                 if verdict.verdict is Verdict.WRONG_OWNER:
@@ -464,6 +472,30 @@ class Frontier(RobotsItems, Handback, RevisitItems):
             return BodyClaim(self._bodies.mirror_of(outcome.body_digest, item.key), False)
         claim = self._claim_of(item, outcome)
         return None if claim is None else self._bodies.claim(*claim)
+
+    def _drains(self, item: Item, host: Host, outcome: OutcomeLike, plan: RobotsPlan | None) -> list[Host | None]:
+        """The hosts whose queues settling this outcome drains, known before it changes anything: a host it gives up
+        (and the homes of the robots files that end with it), or the home of an origin it abandons."""
+        if plan is not None:
+            return [self._robots_drains(item, outcome.status, plan)]
+        if host.failures + 1 < self._config.politeness.give_up_after:  # with the failure this outcome may add
+            return []
+        if classify(outcome.status, outcome.error_class).action is not Action.RETRY:
+            return []
+        waiting, scheduled = self._robots_of(host)
+        return [host, *(self._front.get(robots.source or robots.host) for robots in (*waiting, *scheduled))]
+
+    def _read_backlogs(self, hosts: Iterable[Host | None]) -> None:
+        """Read the store rows of the queues an operation will drain before it changes anything, for _drain_queue:
+        a store that fails there (Redis away, StoreLost) fails the whole operation instead of leaving it half done."""
+        self._read_ahead = {
+            h.name: self._store.backlog(h.name, h.watermark, 1 << 62) for h in hosts if h is not None and h.overflow
+        }
+
+    def _forget_backlogs(self) -> None:
+        """Drop rows read ahead and not used: a later drain reads its own, current ones."""
+        if self._read_ahead:
+            self._read_ahead = {}
 
     @staticmethod
     def _claim_of(item: Item, outcome: OutcomeLike) -> tuple[str, int, str] | None:
@@ -543,23 +575,26 @@ class Frontier(RobotsItems, Handback, RevisitItems):
         host.gave_up = reason
         self._abandoned[host.name] = reason
         self._drain_queue(host, reason, lambda it: True)
-        lost: list[Item] = []
+        waiting, scheduled = self._robots_of(host)
         for item in self._leases.take_waiting(host.name):
             self._move(item, Event.GIVE_UP, reason)
-            if item.kind is Kind.ROBOTS:
-                lost.append(item)
-        for robots in list(host.robots_items.values()):
-            if robots.state is State.SCHEDULED and robots.host == host.name:
-                self._move(robots, Event.SUPPRESS, reason)
-                lost.append(robots)
-        for robots in lost:
+        for robots in scheduled:
+            self._move(robots, Event.SUPPRESS, reason)
+        for robots in (*waiting, *scheduled):
             home = self._robots_home(robots)
             if home is not host:
                 self._abandon(home, robots.origin, reason)
 
+    def _robots_of(self, host: Host) -> tuple[list[Item], list[Item]]:
+        """The robots files that end when `host` is given up: (its waiting retries, those scheduled on it)."""
+        waiting = [it for it in self._leases.waiting_of(host.name) if it.kind is Kind.ROBOTS]
+        return waiting, [r for r in host.robots_items.values() if r.state is State.SCHEDULED and r.host == host.name]
+
     def _drain_queue(self, host: Host, reason: str, which: Callable[[Item], bool]) -> None:
         if host.overflow:
-            rows = self._store.backlog(host.name, host.watermark, 1 << 62)
+            rows = self._read_ahead.pop(host.name, None)
+            if rows is None:
+                rows = self._store.backlog(host.name, host.watermark, 1 << 62)
             host.refill(rows, 1 << 62)
         for item in [it for it in host.items.values() if which(it)]:
             del host.items[item.key]
@@ -574,16 +609,25 @@ class Frontier(RobotsItems, Handback, RevisitItems):
         """Expire overdue leases and put retries that are due back on their hosts."""
         now = self._now = self._clock.now() if now is None else now
         front, leases, retry = self._front, self._leases, self._config.retry
-        while (item := leases.pop_expired(now)) is not None:
+        while (item := leases.expired(now)) is not None:
+            fails = item.attempt >= retry.max_attempts + retry.max_expiries
+            # A robots file failing abandons its origin, whose queue may lie in the store: read before any change.
+            abandons = fails and item.kind is Kind.ROBOTS and remote_home(item.key) is None
+            if abandons:
+                self._read_backlogs([front.get(item.source or item.host)])
+            leases.pop_expired(now)
             host = front.host(item.host, item.domain)
             front.free_slot(host)
             host.next_eligible = max(host.next_eligible, now + host.delay(self._config.politeness))
             self._events["lease_expired"] += 1
-            if item.attempt >= retry.max_attempts + retry.max_expiries:
+            if fails:
                 self._move(item, Event.FAIL, "lease_expired_repeatedly")
-                if item.kind is Kind.ROBOTS and remote_home(item.key) is None:
+                if abandons:
                     # Its origin's pages wait for this file: without it they would wait forever.
-                    self._abandon(self._robots_home(item), item.origin, "robots_unavailable")
+                    try:
+                        self._abandon(self._robots_home(item), item.origin, "robots_unavailable")
+                    finally:
+                        self._forget_backlogs()
             else:
                 self._move(item, Event.EXPIRE, "lease_expired")
                 self._requeue(host, item)

@@ -48,17 +48,24 @@ class LeaseBook:
     def settle(self, key: str) -> None:
         del self._leased[key]
 
-    def pop_expired(self, now: float) -> Item | None:
-        """Take one lease whose deadline has passed (<= now) out of the table, or None when none has."""
+    def expired(self, now: float) -> Item | None:
+        """The lease `pop_expired` would take next, left in the table (stale heap entries on top are dropped)."""
         deadlines, leased = self._deadlines, self._leased
         while deadlines and deadlines[0][0] <= now:
-            _, key, generation = heapq.heappop(deadlines)
+            _, key, generation = deadlines[0]
             item = leased.get(key)
-            if item is None or item.generation != generation or item.deadline > now:
-                continue
-            del leased[key]
-            return item
+            if item is not None and item.generation == generation and item.deadline <= now:
+                return item
+            heapq.heappop(deadlines)
         return None
+
+    def pop_expired(self, now: float) -> Item | None:
+        """Take one lease whose deadline has passed (<= now) out of the table, or None when none has."""
+        item = self.expired(now)
+        if item is not None:
+            heapq.heappop(self._deadlines)
+            del self._leased[item.key]
+        return item
 
     # ------------------------------------------------------------------ retries
 
@@ -93,9 +100,13 @@ class LeaseBook:
             heapq.heappop(retries)
         return None
 
+    def waiting_of(self, host: str) -> list[Item]:
+        """Every waiting retry of `host`."""
+        return [it for it in self._waiting.values() if it.host == host]
+
     def take_waiting(self, host: str) -> list[Item]:
         """Take every waiting retry of `host` out of the table (the host gave up)."""
-        items = [it for it in self._waiting.values() if it.host == host]
+        items = self.waiting_of(host)
         for item in items:
             del self._waiting[item.key]
         return items

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import base64
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from typing import NamedTuple
 from urllib.parse import parse_qs, urlencode
 
 from frontier_node.core.config import FrontierConfig
@@ -31,12 +32,23 @@ from frontier_node.core.records import Completion, Item, Kind, Outcome, OutcomeL
 from frontier_node.core.retry import OVERLOAD_STATUSES, Action, classify
 from frontier_node.core.robots import RobotsPolicy, RobotsRecord, RobotsVerdict
 from frontier_node.core.states import Event, State
-from hostring.urls import ROBOTS_PREFIX, UrlRejected, domain_of, identify, robots_url
+from hostring.urls import ROBOTS_PREFIX, UrlIdentity, UrlRejected, domain_of, identify, robots_url
 
 # A robots.txt redirecting to a host of a domain another node owns, in a cluster without an outbox.
 ELSEWHERE = "robots_redirect_elsewhere"
 _HOP_MARK = "#for="
 _BODY_LIMIT = 500 * 1024
+
+
+class RobotsPlan(NamedTuple):
+    """What a robots outcome leads to, decided before its completion changes anything (`_plan_robots`)."""
+
+    hop: UrlIdentity | None
+    """A redirect target to follow (on this node, or by the owner of its domain); None when there is none."""
+    error_class: str
+    """The outcome's error class, or ELSEWHERE for a redirect this node may not follow."""
+    record: RobotsRecord | None
+    """The origin's new record; None while a hop is followed, and for a hop fetched for another node's origin."""
 
 
 def remote_home(key: str) -> tuple[str, int] | None:
@@ -77,6 +89,12 @@ class RobotsItems:
         raise NotImplementedError
 
     def _retry_later(self, item: Item, now: float, reason: str, outcome: OutcomeLike) -> None:
+        raise NotImplementedError
+
+    def _read_backlogs(self, hosts: Iterable[Host | None]) -> None:
+        raise NotImplementedError
+
+    def _forget_backlogs(self) -> None:
         raise NotImplementedError
 
     # ------------------------------------------------------------------ admission and dispatch
@@ -120,24 +138,46 @@ class RobotsItems:
 
     # ------------------------------------------------------------------ completion
 
-    def _complete_robots(self, item: Item, host: Host, outcome: OutcomeLike, now: float) -> Completion:
-        policy = self._config.politeness
+    def _plan_robots(self, item: Item, outcome: OutcomeLike, now: float) -> RobotsPlan:
+        """Decide, changing nothing, what a robots outcome leads to: a hop to follow, or the origin's new record
+        (the completion asks the store what that needs before it settles anything, see `_robots_drains`)."""
         status, error_class = outcome.status, outcome.error_class
+        redirected = 300 <= status < 400 and bool(outcome.location) and not error_class
+        if redirected and item.redirect_hops < self._config.max_redirect_hops:
+            limit = self._config.budgets.max_url_length
+            try:
+                target: UrlIdentity | None = identify(outcome.location, item.url, max_length=limit)
+            except UrlRejected:
+                target = None  # an unusable target: read as the redirect it is (allow all)
+            if target is not None and (self.owns(target.domain) or self._outbox is not None):
+                return RobotsPlan(target, error_class, None)  # followed here, or by the owner of its domain
+            if target is not None:
+                # Another node paces that host and there is no outbox to hand it over: not followed, and not read
+                # as "unavailable, allow all" either: the rules behind it are unknown.
+                error_class = ELSEWHERE
+        if remote_home(item.key) is not None:
+            return RobotsPlan(None, error_class, None)
+        record = self._robots_policy.from_outcome(
+            item.origin, status=status, body=bytes(outcome.robots_body), error_class=error_class, now=now
+        )
+        return RobotsPlan(None, error_class, record)
+
+    def _robots_drains(self, item: Item, status: int, plan: RobotsPlan) -> Host | None:
+        """The home host whose queue settling this plan drains (its origin abandoned), if any."""
+        if plan.record is None or not self._robots_gives_up(item, plan.record, status, plan.error_class):
+            return None
+        return self._front.get(item.source or item.host)
+
+    def _complete_robots(
+        self, item: Item, host: Host, outcome: OutcomeLike, now: float, plan: RobotsPlan
+    ) -> Completion:
+        policy = self._config.politeness
+        status, error_class, record = outcome.status, plan.error_class, plan.record
         item.status, item.evidence = status, outcome.evidence
         remote = remote_home(item.key)
         home = host if remote is not None else self._robots_home(item)
-        redirected = 300 <= status < 400 and bool(outcome.location) and not error_class
-        hop = ""
-        if redirected and item.redirect_hops < self._config.max_redirect_hops:
-            hop = self._robots_hop(item, host, home, outcome.location)
-            if hop == ELSEWHERE:
-                # Not followed, and not read as "unavailable, allow all" either: the rules behind it are unknown.
-                hop, error_class = "", ELSEWHERE
-        record = None
-        if not hop and remote is None:
-            record = self._robots_policy.from_outcome(
-                item.origin, status=status, body=bytes(outcome.robots_body), error_class=error_class, now=now
-            )
+        hop = "" if plan.hop is None else self._robots_hop(item, host, home, plan.hop)
+        if record is not None:
             home.robots[item.origin] = record
             self._store.save_robots(item.origin, home.name, record.to_dict())
         self._events[f"robots_{status // 100}xx" if status else "robots_no_response"] += 1
@@ -154,6 +194,15 @@ class RobotsItems:
         assert record is not None
         return self._settle_robots(item, host, home, record, error_class, outcome, now)
 
+    def _robots_gives_up(self, item: Item, record: RobotsRecord, status: int, error_class: str) -> bool:
+        """Whether an outcome ends a robots item for good, its origin abandoned: the rules are unknown ("disallow
+        all") and the failure is final or its attempts are spent."""
+        if record.verdict is not RobotsVerdict.DISALLOW_ALL:
+            return False
+        if classify(status, error_class).action is Action.FAIL:
+            return True
+        return item.attempt - item.redirect_hops >= self._config.retry.robots_max_attempts
+
     def _settle_robots(
         self,
         item: Item,
@@ -169,14 +218,14 @@ class RobotsItems:
         reason = error_class or f"robots_{status}"
         if record.verdict is not RobotsVerdict.DISALLOW_ALL:
             self._move(item, Event.COMPLETE, reason, outcome.evidence)
+        elif not self._robots_gives_up(item, record, status, error_class):
+            self._retry_later(item, now, reason, outcome)
         elif classify(status, error_class).action is Action.FAIL:
             self._move(item, Event.FAIL, reason, outcome.evidence)
             self._abandon(home, item.origin, error_class or "robots_unavailable")
-        elif item.attempt - item.redirect_hops >= self._config.retry.robots_max_attempts:
+        else:
             self._move(item, Event.FAIL, f"robots_unavailable:{reason}", outcome.evidence)
             self._abandon(home, item.origin, "robots_unavailable")
-        else:
-            self._retry_later(item, now, reason, outcome)
         if item.state is not State.RETRYABLE and host is not home:
             host.robots_items.pop(item.origin, None)
         return Completion(True, item.state.value, False, reason)
@@ -252,9 +301,6 @@ class RobotsItems:
             self._events["robots_result_stale"] += 1
             return
         now = self._clock_now()
-        self._leases.settle(key)
-        home = self._robots_home(item)
-        self._front.free_slot(home)
         try:
             body = base64.b64decode(str(message.get("body", "")))[:_BODY_LIMIT]
         except ValueError:
@@ -269,11 +315,19 @@ class RobotsItems:
         record = self._robots_policy.from_outcome(
             item.origin, status=outcome.status, body=body, error_class=outcome.error_class, now=now
         )
-        home.robots[item.origin] = record
-        self._store.save_robots(item.origin, home.name, record.to_dict())
-        self._events["robots_results_received"] += 1
-        self._settle_robots(item, home, home, record, outcome.error_class, outcome, now)
-        self._front.wake_now(home)
+        # Asked before anything changes: the store may fail, and then the message waits to be read again.
+        self._read_backlogs([self._robots_drains(item, outcome.status, RobotsPlan(None, outcome.error_class, record))])
+        try:
+            self._leases.settle(key)
+            home = self._robots_home(item)
+            self._front.free_slot(home)
+            home.robots[item.origin] = record
+            self._store.save_robots(item.origin, home.name, record.to_dict())
+            self._events["robots_results_received"] += 1
+            self._settle_robots(item, home, home, record, outcome.error_class, outcome, now)
+            self._front.wake_now(home)
+        finally:
+            self._forget_backlogs()
 
     def _clock_now(self) -> float:
         raise NotImplementedError
@@ -316,16 +370,10 @@ class RobotsItems:
         )
         return reason
 
-    def _robots_hop(self, item: Item, host: Host, home: Host, location: str) -> str:
-        """Send a robots item to its redirect target's host queue; the reason, or '' when the target is unusable."""
-        try:
-            target = identify(location, item.url, max_length=self._config.budgets.max_url_length)
-        except UrlRejected:
-            return ""
+    def _robots_hop(self, item: Item, host: Host, home: Host, target: UrlIdentity) -> str:
+        """Send a robots item to its redirect target's host queue (the owner's, through the outbox, when another
+        node owns the target's domain: fetching it from here could put two requests on its host at once)."""
         if not self.owns(target.domain):
-            # Another node paces that host: fetching it from here could put two requests on it at once.
-            if self._outbox is None:
-                return ELSEWHERE
             return self._hop_remote(item, host, home, target.url, target.domain)
         slot = self._robots_slot(item)
         if host is not home or slot != item.origin:
