@@ -507,8 +507,8 @@ class Worker:
 
         When the domain's owner answers that the lease is gone (expired, released, or leased again under a newer
         generation), the fetch is cut (`cut` expires at once: the node may have given the host to another fetch)
-        and the reason returned. A node that no longer owns the domain is not the last word: the renewal goes on
-        to the new owner, which adopted the leased row.
+        and the reason returned. A node that no longer owns the domain is not the last word: the next renewal goes
+        to the new owner, which adopts the leased row with its deadline as it takes the domain over.
         """
         span_ms = int(max(1.0, deadline[0] - time.time()) * 1000)
         request = pb.RenewRequest(lease_id=item.lease_id, generation=item.generation, extend_ms=span_ms)
@@ -516,13 +516,14 @@ class Worker:
             await asyncio.sleep(max(0.5, (deadline[0] - time.time()) / 2))
             try:
                 resp = await self.stub(address).Renew(request, timeout=10)
-                if not resp.ok and (owner := await self._owner(item, address)) != address:
-                    address = owner  # a ring change: the new owner adopted the leased row
-                    resp = await self.stub(address).Renew(request, timeout=10)
             except grpc.aio.AioRpcError:
                 continue
             if resp.ok:
                 deadline[0] = resp.deadline_ms / 1000.0
+                continue
+            owner = await self._owner(item, address)
+            if owner != address:
+                address = owner  # a ring change: asked again there (it may still be adopting the domain)
                 continue
             with contextlib.suppress(RuntimeError):  # the fetch already ended: nothing left to cut
                 cut.reschedule(-1.0)
