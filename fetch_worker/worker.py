@@ -8,6 +8,9 @@ A node that does not answer is backed off (hostring.client.NodeBackoff: exponent
 node per interval). A completion is re-sent to whichever node owns its domain until the lease's deadline: a
 dead owner's successor adopts the leased row and settles it. A node that lost its store (NodeStoreLost) ends a
 run that waits for the crawl to drain, since that crawl can no longer end; a long-running worker keeps trying.
+
+A lease is renewed while its fetch runs; once the domain's owner says it is gone, the request is cut off at once
+(one request per host, cluster-wide) and nothing of it is archived or reported.
 """
 
 from __future__ import annotations
