@@ -256,6 +256,20 @@ def test_a_page_missing_once_that_answers_again_is_not_gone() -> None:
     assert _visit(f, clock, Outcome(status=404)).reason == "revisit:missing"  # one 404 again is not two
 
 
+def test_attempts_count_the_tries_of_one_visit_so_a_page_revisited_often_still_retries_a_503() -> None:
+    f, clock, store = _one_page()
+    _visit(f, clock, Outcome(status=200, body_digest="sha256:a", etag='"a"'))
+    for _ in range(f.config.retry.max_attempts + 1):  # more visits than one visit has attempts
+        row = _visit(f, clock, Outcome(status=304, etag='"a"'))
+        assert (row.state, row.attempt) == (State.FETCHED, 1)
+    row = _visit(f, clock, Outcome(status=503))
+    assert (row.state, row.attempt) == (State.RETRYABLE, 1)
+    row = _visit(f, clock, Outcome(status=304, etag='"a"'))
+    assert (row.state, row.attempt, row.reason) == (State.FETCHED, 2, "revisit:not_modified")
+    again = replay(store.journal())[row.key]
+    assert (again.state, again.attempt) == (row.state, row.attempt)
+
+
 def test_a_page_that_fails_on_a_revisit_keeps_its_row_and_loses_its_history_after_the_retention() -> None:
     f, clock, store = _one_page(retention=1000.0)
     _visit(f, clock, Outcome(status=200, body_digest="sha256:a"))

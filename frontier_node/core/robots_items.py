@@ -123,6 +123,7 @@ class RobotsItems:
             robots = host.robots_items[origin]
         elif robots.state is State.FETCHED:
             robots.url, robots.host, robots.redirect_hops, robots.source = robots_url(origin), host.name, 0, ""
+            robots.attempt = 0  # attempts count the tries of one fetch round, not the refetches of the origin's life
             self._move(robots, Event.REVISIT, "robots_expired", data=pack_admit(robots))
         return robots if robots.state is State.SCHEDULED and robots.host == host.name else None
 
