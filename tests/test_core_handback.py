@@ -127,6 +127,40 @@ def test_network_policy_refusals_are_reconsidered_robots_first() -> None:
     journal_agrees(store)
 
 
+def test_a_reconsidered_refusal_starts_its_attempts_again() -> None:
+    """Retries spent before a network-policy refusal belong to the run that refused it: in the next run a 503 is
+    retried again (a robots file's and a page's alike) instead of failing at once on the old count."""
+    clock, store = VirtualClock(), MemoryStore()
+    f = frontier(store, clock)
+    f.discover([Link("http://a.example/"), Link("http://b.example/")])
+    unavailable = Outcome(status=503)
+    script = {  # what each fetch answers, in turn: retries, then the refusal
+        "robots:http://a.example": [unavailable] * 3 + [REFUSED],
+        "robots:http://b.example": [Outcome(status=404)],
+        "http://b.example/": [unavailable] * 2 + [REFUSED],
+    }
+    for _ in range(100):
+        for it in lease_all(f, clock, rest=60.0):
+            f.complete(it.key, it.generation, script[it.key].pop(0))
+    assert all(not answers for answers in script.values())
+    refused = {it.key: (it.state, it.reason, it.attempt) for it in store.items() if it.reason == "network_policy"}
+    assert refused == {
+        "robots:http://a.example": (State.FAILED, "network_policy", 4),
+        "http://a.example/": (State.SUPPRESSED, "network_policy", 0),
+        "http://b.example/": (State.FAILED, "network_policy", 3),
+    }
+
+    f2 = frontier(store, clock)  # the next run, under a wider policy
+    assert f2.reconsider(["network_policy"]) == {"network_policy": 3}
+    leased = lease_all(f2, clock, rest=60.0)
+    assert {(it.key, it.attempt) for it in leased} == {("robots:http://a.example", 1), ("http://b.example/", 1)}
+    for it in leased:
+        f2.complete(it.key, it.generation, unavailable)
+        row = store.get(it.key)
+        assert row is not None and (row.state, row.attempt) == (State.RETRYABLE, 1), it.key
+    journal_agrees(store)
+
+
 def test_scope_refusals_come_back_only_when_the_new_scope_admits_them() -> None:
     clock, store = VirtualClock(), MemoryStore()
     f = frontier(store, clock, scope="domain")

@@ -133,6 +133,7 @@ class Handback:
             if hop is not None and hop.robots_items.get(item.origin) is item:
                 del hop.robots_items[item.origin]
         item.url, item.host, item.redirect_hops, item.source = robots_url(item.origin), home_name, 0, ""
+        item.attempt = 0  # the tries before the refusal belong to the run that refused it
         self._move(item, Event.RECONSIDER, f"reconsidered:{why}", data=pack_admit(item))
         home.robots_items[item.origin] = item
         home.robots.pop(item.origin, None)  # the refusal's "disallow all" record would hold its pages back
@@ -150,6 +151,7 @@ class Handback:
             if self._budgets.check(item.url, item.host, item.domain, item.depth) is not None:
                 return
             self._budgets.charge(item.url, item.host, item.domain)
+        item.attempt = 0  # the tries before the refusal belong to the run that refused it
         self._move(item, Event.RECONSIDER, f"reconsidered:{why}")
         host = self._front.host(item.host, item.domain)
         host.domain = item.domain
