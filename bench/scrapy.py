@@ -76,6 +76,8 @@ class Run:
     """CPU spent inside the crawl: each spider from its own first request, the node from the first request,
     all until the last response (from /proc samples every 20 ms)."""
     cpu_by_process: dict[str, float]
+    window_by_process: dict[str, float]
+    """Each process's share of cpu_window_s."""
 
 
 class CpuSamples:
@@ -186,15 +188,16 @@ def run_spiders(
             log = (tmp / f"{name}-{i}.stderr").read_text()[-3000:]
             raise RuntimeError(f"{name}: spider {i} exited {codes.get(p.pid)}: {log}")
     first, last = min(h["start"] for h in hits), max(h["end"] for h in hits)
-    window = 0.0
+    names = {p.pid: f"spider-{i}" for i, p in enumerate(spiders)} | ({node.pid: "node"} if node is not None else {})
+    windows: dict[str, float] = {}
     for i, p in enumerate(spiders):
         own = min((h["start"] for h in hits if h["user_agent"] == agents[i]), default=first)
-        window += cpu.at(p.pid, last) - cpu.at(p.pid, own)
+        windows[names[p.pid]] = cpu.at(p.pid, last) - cpu.at(p.pid, own)
     if node is not None:
-        window += cpu.at(node.pid, last) - cpu.at(node.pid, first)
-    names = {p.pid: f"spider-{i}" for i, p in enumerate(spiders)} | ({node.pid: "node"} if node is not None else {})
+        windows["node"] = cpu.at(node.pid, last) - cpu.at(node.pid, first)
     by_process = {names[pid]: round(value, 3) for pid, value in exact.items()}
-    return Run(wall, sum(exact.values()), window, by_process), hits
+    window_by_process = {name: round(value, 3) for name, value in windows.items()}
+    return Run(wall, sum(exact.values()), sum(windows.values()), by_process, window_by_process), hits
 
 
 def figures_of(run: Run, hits: list[dict[str, Any]], w: Workload) -> dict[str, Any]:
@@ -213,6 +216,7 @@ def figures_of(run: Run, hits: list[dict[str, Any]], w: Workload) -> dict[str, A
         "cpu_s_total": round(run.cpu_total_s, 3),
         "cpu_s_in_crawl_window": round(run.cpu_window_s, 3),
         "cpu_s_by_process": run.cpu_by_process,
+        "cpu_s_in_crawl_window_by_process": run.window_by_process,
         "wall_s": round(run.wall_s, 2),
         "coverage": coverage(hits, oracle),
         "per_origin_requests": {lb: o["requests"] for lb, o in p["per_origin"].items()},

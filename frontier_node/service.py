@@ -205,8 +205,20 @@ class FrontierService:
         await self._reply_room(request, len(request.completions), context)
         good = [c for i, c in enumerate(request.completions) if i not in refused]
         want = (request.worker_id, request.lease_max_items) if request.lease_max_items else None
-        op = Complete(good, self.outbox, want, self.prime_bodies)
-        done: list[Settled] = await self._run(op, context)
+        # A batch that may wait for its leases parks a Lease queued right behind the completions: both run in the
+        # same core batch (one wake-up), and the Lease, served after the completions, sees the hosts they released.
+        parked = None
+        if want is not None and request.lease_wait_ms:
+            op = Complete(good, self.outbox, None, self.prime_bodies)
+            parked = self.core.submit(Lease(*want, request.lease_wait_ms / 1000.0))
+        else:
+            op = Complete(good, self.outbox, want, self.prime_bodies)
+        try:
+            done: list[Settled] = await self._run(op, context)
+        except BaseException:
+            if parked is not None:
+                parked.cancel()
+            raise
         settled = iter(done)
         answers = [
             Settled(reason=f"{refused[i].code.name.lower()}: {refused[i].reason}") if i in refused else next(settled)
@@ -216,7 +228,11 @@ class FrontierService:
             resp = await asyncio.to_thread(_batch_response, answers)
         else:
             resp = _batch_response(answers)
-        resp.leases.extend(_lease_item(item) for item in op.leased)
+        leased = op.leased
+        if parked is not None:
+            with contextlib.suppress(NodeUnavailable):  # the completions are committed: answer them, without leases
+                leased = (await parked).items
+        resp.leases.extend(_lease_item(item) for item in leased)
         return resp
 
     # ------------------------------------------------------------------ inspection

@@ -134,6 +134,7 @@ RULES: Final[Mapping[str, Mapping[str, Rule]]] = {
         "completions": Rule(cap=MAX_COMPLETIONS_PER_BATCH),
         "worker_id": Rule(cap=MAX_ID_CHARS, printable=True),
         "lease_max_items": Rule(hi=MAX_LEASE_ITEMS),
+        "lease_wait_ms": Rule(hi=MAX_WAIT_MS),
     },
     "GetHostRequest": {"host": Rule(cap=MAX_HOST_CHARS)},
     "ListHostsRequest": {"limit": Rule(hi=MAX_LIST_HOSTS)},

@@ -283,14 +283,17 @@ class CompletionBatcher:
         *,
         want: Callable[[str, int], int] | None = None,
         leased: Callable[[str, Sequence[pb.LeaseItem], int], None] | None = None,
+        lease_wait_ms: int = 0,
     ) -> None:
         """`want(address, completing)`: how many new leases to ask the node for with a batch of `completing`
         completions (0: none); `leased(address, items, asked)` then takes the ones it answered (none when the call
         failed), before the completions' futures resolve (zero-wait turnaround: a released host's next URL
-        travels with the completion)."""
+        travels with the completion). With `lease_wait_ms`, a batch that asks waits on the node up to that long
+        for an item when none is ready (its completions' answers wait with it)."""
         self.clients = clients
         self.want = want
         self.leased = leased
+        self.lease_wait_ms = lease_wait_ms
         self._pending: dict[str, list[tuple[pb.CompleteRequest, asyncio.Future[pb.CompleteResponse]]]] = {}
         self._sends: set[asyncio.Task[None]] = set()
 
@@ -325,8 +328,9 @@ class CompletionBatcher:
             asked = max(0, min(self.want(address, len(batch)), MAX_LEASE_ITEMS))
             if asked:
                 request.worker_id, request.lease_max_items = self.clients.worker_id, asked
+                request.lease_wait_ms = self.lease_wait_ms
         try:
-            resp = await self.clients.stub(address).CompleteBatch(request, timeout=30)
+            resp = await self.clients.stub(address).CompleteBatch(request, timeout=30 + request.lease_wait_ms / 1000)
         except BaseException as e:
             if asked and self.leased is not None:
                 self.leased(address, (), asked)

@@ -51,8 +51,17 @@ def done(item: pb.LeaseItem, outcome: pb.Outcome) -> pb.CompleteRequest:
     return pb.CompleteRequest(lease_id=item.lease_id, generation=item.generation, outcome=outcome, worker_id="w")
 
 
-def batch(stub: pb_grpc.FrontierStub, *completions: pb.CompleteRequest, want: int = 0) -> pb.CompleteBatchResponse:
-    request = pb.CompleteBatchRequest(completions=completions, worker_id="w" if want else "", lease_max_items=want)
+@pytest.fixture
+def paced_stub() -> Iterator[pb_grpc.FrontierStub]:
+    yield from _stub(0.3)
+
+
+def batch(
+    stub: pb_grpc.FrontierStub, *completions: pb.CompleteRequest, want: int = 0, wait_ms: int = 0
+) -> pb.CompleteBatchResponse:
+    request = pb.CompleteBatchRequest(
+        completions=completions, worker_id="w" if want else "", lease_max_items=want, lease_wait_ms=wait_ms
+    )
     return stub.CompleteBatch(request, timeout=RPC_S)
 
 
@@ -114,6 +123,9 @@ def test_lease_fields_are_checked(stub: pb_grpc.FrontierStub) -> None:
         pb.CompleteBatchRequest(completions=[done(robots, NOT_FOUND)], lease_max_items=3),
         pb.CompleteBatchRequest(completions=[done(robots, NOT_FOUND)], worker_id="w", lease_max_items=1_001),
         pb.CompleteBatchRequest(completions=[done(robots, NOT_FOUND)], worker_id="w\x00", lease_max_items=1),
+        pb.CompleteBatchRequest(
+            completions=[done(robots, NOT_FOUND)], worker_id="w", lease_max_items=1, lease_wait_ms=30_001
+        ),
     ]
     for request in bad:
         with pytest.raises(grpc.RpcError) as e:
@@ -124,3 +136,52 @@ def test_lease_fields_are_checked(stub: pb_grpc.FrontierStub) -> None:
     assert resp.results[0].accepted, "a refused call settled the lease"
     (page,) = resp.leases
     assert page.url == "http://h0.example/p0"
+
+
+def test_a_batch_that_may_wait_brings_back_the_hosts_next_url_once_its_delay_ends(
+    paced_stub: pb_grpc.FrontierStub,
+) -> None:
+    """lease_wait_ms: the completion releases its host into a 0.3 s delay; instead of answering with no lease (as
+    without a wait), the call waits on the node and brings the host's next URL, leased to the worker. Meanwhile no
+    other worker gets that host."""
+    stub = paced_stub
+    stub.Discover(pb.DiscoverRequest(links=seeds(2, 1)), timeout=RPC_S)
+    (robots,) = stub.Lease(pb.LeaseRequest(worker_id="w", max_items=5), timeout=RPC_S).items
+    resp = batch(stub, done(robots, NOT_FOUND), want=5)
+    assert resp.results[0].accepted and not resp.leases, "the delay should run after robots.txt"
+    (page,) = stub.Lease(pb.LeaseRequest(worker_id="w", max_items=5, wait_ms=10_000), timeout=RPC_S).items
+    resp = batch(stub, done(page, PAGE_OK), want=5, wait_ms=10_000)
+    assert resp.results[0].accepted and resp.results[0].state == "fetched"
+    (second,) = resp.leases
+    assert second.host == "h0.example" and second.url != page.url
+    assert not stub.Lease(pb.LeaseRequest(worker_id="x", max_items=5), timeout=RPC_S).items, "two in flight"
+
+
+def test_a_waiting_batch_is_answered_at_once_when_the_node_has_nothing_left(stub: pb_grpc.FrontierStub) -> None:
+    """The last page's completion asks to wait 30 s for more: the node drained, so it answers at once (well within
+    the call's deadline, which is shorter than the wait) with the result and no lease."""
+    stub.Discover(pb.DiscoverRequest(links=seeds(1, 1)), timeout=RPC_S)
+    (robots,) = stub.Lease(pb.LeaseRequest(worker_id="w", max_items=5), timeout=RPC_S).items
+    (page,) = batch(stub, done(robots, NOT_FOUND), want=5).leases
+    assert RPC_S < 30
+    resp = batch(stub, done(page, PAGE_OK), want=5, wait_ms=30_000)
+    assert resp.results[0].accepted and not resp.leases
+    assert stub.Lease(pb.LeaseRequest(worker_id="w", max_items=5), timeout=RPC_S).drained
+
+
+def test_completions_are_committed_before_the_wait(slow_stub: pb_grpc.FrontierStub) -> None:
+    """A client that gives up on a waiting batch (its deadline passes during the 30 s delay) has still completed
+    its pages: the same completion sent again is stale, and the page is fetched."""
+    stub = slow_stub
+    stub.Discover(pb.DiscoverRequest(links=seeds(2, 1)), timeout=RPC_S)
+    (robots,) = stub.Lease(pb.LeaseRequest(worker_id="w", max_items=5), timeout=RPC_S).items
+    request = pb.CompleteBatchRequest(
+        completions=[done(robots, NOT_FOUND)], worker_id="w", lease_max_items=5, lease_wait_ms=30_000
+    )
+    with pytest.raises(grpc.RpcError) as e:
+        stub.CompleteBatch(request, timeout=1.0)
+    assert e.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    again = batch(stub, done(robots, NOT_FOUND))
+    assert not again.results[0].accepted, "the completion was not committed before the wait"
+    info = stub.GetUrl(pb.GetUrlRequest(url=robots.fetch_key), timeout=RPC_S)
+    assert info.state == "fetched"

@@ -1,9 +1,13 @@
 """The plug-in's side of the wire, without Scrapy: lease loops, renewals, batched Discover and Complete.
 
-One `FrontierSession` per Scrapy process, on Scrapy's asyncio event loop. It leases from every node (one
-long-polling loop per node, each asking for a fair share of the free capacity), hands each item to `on_lease`,
-keeps the lease renewed until it is completed, sends discovered links to their owners in batches, and says
-when every node has stayed drained (nothing queued, nothing in flight) for the grace period.
+One `FrontierSession` per Scrapy process, on Scrapy's asyncio event loop. It leases from every node, hands each
+item to `on_lease`, keeps the lease renewed until it is completed, sends discovered links to their owners in
+batches, and says when every node has stayed drained (nothing queued, nothing in flight) for the grace period.
+
+Leasing costs one call per page, not two: each CompleteBatch asks for the slots its completions free and waits on
+the node (lease_wait_ms) for the next ready item, so a host's next URL comes back as the answer to the call that
+completed a page. A long-polling Lease per node (a fair share of the free capacity) is parked only while no such
+call waits there: at the start, and whenever the completions' calls have all been answered.
 """
 
 from __future__ import annotations
@@ -112,14 +116,18 @@ class FrontierSession:
         self.worker_id = worker_id
         self.capacity = capacity
         self.clients = NodeClients(router, worker_id=worker_id, channel_options=grpc_options())
-        self._batcher = CompletionBatcher(self.clients)
+        self._wait_ms = int(lease_wait_s * 1000)
+        self._batcher = CompletionBatcher(
+            self.clients, want=self._want, leased=self._take_leased, lease_wait_ms=self._wait_ms
+        )
         self._on_lease = on_lease
         self._stat = stat
-        self._wait_ms = int(lease_wait_s * 1000)
         self._grace_s = drain_grace_s
         self._open: dict[tuple[str, int], Lease] = {}
-        self._reserved = 0
-        self._freed = asyncio.Event()
+        self._settling = 0  # open leases whose Complete is on its way: their slots are free for new leases
+        self._reserved = 0  # slots asked for by calls not answered yet
+        self._asking: dict[str, int] = {}  # per node: calls parked there for its next items (Lease, CompleteBatch)
+        self._changed = asyncio.Event()  # a call asking for items was answered, or a lease ended
         self._loops: dict[str, asyncio.Task[None]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._drained_since: dict[str, float | None] = {}
@@ -147,9 +155,12 @@ class FrontierSession:
             self._stat("hostring/lease/given_back", len(pending))
             for lease in pending:
                 self.spawn(self.complete(lease, SHUTDOWN))
-        others = [t for t in self._tasks if t.get_name() not in ("hostring-nodes", "hostring-renew")]
-        if others:
-            await asyncio.wait(others, timeout=timeout_s)
+        deadline = time.monotonic() + timeout_s
+        while (left := deadline - time.monotonic()) > 0:  # completions (and what their answers hand back) end
+            others = [t for t in self._tasks if t.get_name() not in ("hostring-nodes", "hostring-renew")]
+            if not others:
+                break
+            await asyncio.wait(others, timeout=left)
         for task in list(self._tasks) + list(self._loops.values()):
             task.cancel()
         with contextlib.suppress(Exception):
@@ -202,17 +213,34 @@ class FrontierSession:
                 self._drained_since.pop(address, None)
             await asyncio.sleep(1.0)
 
+    def _free(self, address: str) -> int:
+        """Slots to ask `address` for: free ones (neither held by a lease still working nor asked for), up to a
+        fair share of the capacity."""
+        free = self.capacity - (len(self._open) - self._settling) - self._reserved
+        return min(free, max(1, math.ceil(self.capacity / max(1, len(self.router.nodes())))))
+
+    def _ask(self, address: str, n: int) -> None:
+        self._reserved += n
+        self._asking[address] = self._asking.get(address, 0) + 1
+
+    def _answered(self, address: str, n: int) -> None:
+        self._reserved -= n
+        self._asking[address] -= 1
+        self._changed.set()
+
+    async def _changes(self) -> None:
+        self._changed.clear()
+        await self._changed.wait()
+
     async def _lease_loop(self, address: str) -> None:
+        """Keep one Lease parked on `address` while no completion's call waits there for its next items."""
         stub = self.clients.stub(address)
         while not self._closing:
-            nodes = max(1, len(self.router.nodes()))
-            free = self.capacity - len(self._open) - self._reserved
-            want = min(free, max(1, math.ceil(self.capacity / nodes)))
-            if want <= 0:
-                self._freed.clear()
-                await self._freed.wait()
+            want = self._free(address)
+            if self._asking.get(address, 0) or want <= 0:
+                await self._changes()
                 continue
-            self._reserved += want
+            self._ask(address, want)
             try:
                 resp = await stub.Lease(
                     pb.LeaseRequest(worker_id=self.worker_id, max_items=want, wait_ms=self._wait_ms),
@@ -224,25 +252,48 @@ class FrontierSession:
                 await asyncio.sleep(_ERROR_BACKOFF_S)
                 continue
             finally:
-                self._reserved -= want
+                self._answered(address, want)
             if resp.drained and not resp.items:
                 if self._drained_since.get(address) is None:
                     self._drained_since[address] = time.monotonic()
             else:
                 self._drained_since[address] = None
-            now = time.time()
-            for item in resp.items:
-                lease = Lease(item, address, item.deadline_ms / 1000, max(1.0, item.deadline_ms / 1000 - now))
-                self._open[lease.key] = lease
-                self._stat("hostring/lease/robots" if item.kind == pb.ROBOTS else "hostring/lease/page", 1)
-                try:
-                    self._on_lease(lease)
-                except Exception as e:  # give it back rather than hold (and renew) it for ever
-                    log.exception("handing out %s failed", item.url)
-                    failed = pb.Outcome(error_class="client_error", error_detail=repr(e)[:500], retry_after_s=-1)
-                    self.spawn(self.complete(lease, failed), "hostring-complete")
+            self._hand_out(address, resp.items)
             if not resp.items and resp.drained:
                 await asyncio.sleep(_IDLE_POLL_S)
+
+    def _want(self, address: str, completing: int) -> int:
+        """Leases a CompleteBatch to `address` asks for (its completions' slots are already counted free)."""
+        if self._closing:
+            return 0
+        want = max(0, self._free(address))
+        if want:
+            self._ask(address, want)
+        return want
+
+    def _take_leased(self, address: str, items: Sequence[pb.LeaseItem], asked: int) -> None:
+        """What a CompleteBatch's answer leased (nothing if the call failed); given straight back when closing."""
+        self._answered(address, asked)
+        if items:
+            self._drained_since[address] = None
+            self._hand_out(address, items)
+
+    def _hand_out(self, address: str, items: Sequence[pb.LeaseItem]) -> None:
+        """Open a lease for each item and give it to `on_lease` (back to the node at once when closing)."""
+        now = time.time()
+        for item in items:
+            lease = Lease(item, address, item.deadline_ms / 1000, max(1.0, item.deadline_ms / 1000 - now))
+            self._open[lease.key] = lease
+            if self._closing:
+                self.spawn(self.complete(lease, SHUTDOWN), "hostring-complete")
+                continue
+            self._stat("hostring/lease/robots" if item.kind == pb.ROBOTS else "hostring/lease/page", 1)
+            try:
+                self._on_lease(lease)
+            except Exception as e:  # give it back rather than hold (and renew) it for ever
+                log.exception("handing out %s failed", item.url)
+                failed = pb.Outcome(error_class="client_error", error_detail=repr(e)[:500], retry_after_s=-1)
+                self.spawn(self.complete(lease, failed), "hostring-complete")
 
     # ------------------------------------------------------------------ renewals
 
@@ -309,6 +360,7 @@ class FrontierSession:
         )
         address = lease.address
         resp: pb.CompleteResponse | None = None
+        self._settling += 1
         try:
             for attempt in range(_COMPLETE_TRIES):
                 try:
@@ -328,8 +380,9 @@ class FrontierSession:
         finally:
             if lease.renewing is not None:
                 lease.renewing.cancel()
+            self._settling -= 1
             self._open.pop(lease.key, None)
-            self._freed.set()
+            self._changed.set()
         if resp is None:
             self._stat("hostring/complete/unreachable", 1)
             log.error("could not complete %s; its lease will expire and it will be handed out again", lease.item.url)

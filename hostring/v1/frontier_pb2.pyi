@@ -236,14 +236,16 @@ class CompleteResponse(_message.Message):
     def __init__(self, accepted: _Optional[bool] = ..., state: _Optional[str] = ..., follow_links: _Optional[bool] = ..., reason: _Optional[str] = ..., forward: _Optional[_Iterable[_Union[Link, _Mapping]]] = ..., admitted: _Optional[int] = ..., wrong_owner: _Optional[bool] = ...) -> None: ...
 
 class CompleteBatchRequest(_message.Message):
-    __slots__ = ("completions", "worker_id", "lease_max_items")
+    __slots__ = ("completions", "worker_id", "lease_max_items", "lease_wait_ms")
     COMPLETIONS_FIELD_NUMBER: _ClassVar[int]
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_MAX_ITEMS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_WAIT_MS_FIELD_NUMBER: _ClassVar[int]
     completions: _containers.RepeatedCompositeFieldContainer[CompleteRequest]
     worker_id: str
     lease_max_items: int
-    def __init__(self, completions: _Optional[_Iterable[_Union[CompleteRequest, _Mapping]]] = ..., worker_id: _Optional[str] = ..., lease_max_items: _Optional[int] = ...) -> None: ...
+    lease_wait_ms: int
+    def __init__(self, completions: _Optional[_Iterable[_Union[CompleteRequest, _Mapping]]] = ..., worker_id: _Optional[str] = ..., lease_max_items: _Optional[int] = ..., lease_wait_ms: _Optional[int] = ...) -> None: ...
 
 class CompleteBatchResponse(_message.Message):
     __slots__ = ("results", "leases")

@@ -1,0 +1,106 @@
+"""The Scrapy plug-in's FrontierSession against a real node over loopback gRPC, without Scrapy: leases ride back
+with the completions (one call per page, not a Lease and a CompleteBatch), politeness holds, nothing is lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from frontier_node.core.config import FrontierConfig, PolitenessConfig
+from frontier_node.core.frontier import Frontier
+from frontier_node.service import FrontierService
+from frontier_node.store.memory import MemoryStore
+from hostring.clock import WallClock
+from hostring.scrapy.session import FrontierSession, Lease, StaticRing
+from hostring.v1 import frontier_pb2 as pb
+from tests.test_node_shell import Served, seeds
+
+pytestmark = [pytest.mark.timeout(60)]
+
+PAGES, HOSTS = 24, 3
+NOT_FOUND = pb.Outcome(status=404, retry_after_s=-1)
+
+
+class CountingService(FrontierService):
+    """A node service that counts the data-plane calls it answers."""
+
+    calls: collections.Counter[str]
+
+    async def Lease(self, request: pb.LeaseRequest, context: Any) -> pb.LeaseResponse:
+        self.calls["Lease"] += 1
+        return await super().Lease(request, context)
+
+    async def CompleteBatch(self, request: pb.CompleteBatchRequest, context: Any) -> pb.CompleteBatchResponse:
+        self.calls["CompleteBatch"] += 1
+        return await super().CompleteBatch(request, context)
+
+
+@pytest.fixture
+def node() -> Iterator[Served]:
+    config = FrontierConfig(politeness=PolitenessConfig(min_delay_s=0.05, response_factor=0.0))
+    service = CountingService(Frontier(MemoryStore(), WallClock(), config))
+    service.calls = collections.Counter()
+    served = Served(service)
+    yield served
+    served.close()
+
+
+async def _crawl(address: str) -> tuple[list[str], int]:
+    """Lease every item of the node through a session that 'fetches' each in 10 ms (404, no links); the URLs
+    fetched and the most requests one host ever had in flight at once."""
+    fetched: list[str] = []
+    in_flight: collections.Counter[str] = collections.Counter()
+    most = 0
+    session: FrontierSession
+
+    async def fetch(lease: Lease) -> None:
+        nonlocal most
+        host = lease.item.host
+        in_flight[host] += 1
+        most = max(most, in_flight[host])
+        await asyncio.sleep(0.01)
+        in_flight[host] -= 1
+        fetched.append(lease.item.url)
+        await session.complete(lease, NOT_FOUND)
+
+    session = FrontierSession(
+        StaticRing([address]),
+        worker_id="spider-1",
+        capacity=8,
+        on_lease=lambda lease: session.spawn(fetch(lease)),
+        stat=lambda key, n: None,
+        drain_grace_s=0.2,
+    )
+
+    def on_verdict(verdict: pb.LinkVerdict | None) -> None:
+        assert verdict is not None and verdict.verdict == pb.ADMITTED
+
+    for link in seeds(PAGES, HOSTS):
+        session.discover(link, on_verdict)
+    session.start()
+    try:
+        while not session.finished():
+            await asyncio.sleep(0.05)
+    finally:
+        await session.close()
+    return fetched, most
+
+
+def test_leases_ride_back_with_completions(node: Served) -> None:
+    """24 pages on 3 hosts with a 50 ms delay: every page (and each host's robots.txt) is fetched exactly once,
+    never two at once on a host, and the session needs about one call per item: the completions' calls bring the
+    next leases back, so standalone Leases are few (without this, one per item)."""
+    fetched, most = asyncio.run(_crawl(node.address))
+    pages = sorted(u for u in fetched if not u.endswith("/robots.txt"))
+    assert pages == sorted(link.observed for link in seeds(PAGES, HOSTS))
+    assert len(fetched) == PAGES + HOSTS
+    assert most == 1
+    calls = node.service.calls  # type: ignore[attr-defined]
+    items = PAGES + HOSTS
+    assert calls["CompleteBatch"] <= items
+    assert calls["Lease"] < items / 3, calls
