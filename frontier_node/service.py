@@ -17,7 +17,7 @@ import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar, cast
 
 import grpc
 
@@ -31,7 +31,7 @@ from frontier_node.core_thread import CoreThread, NodeUnavailable
 from frontier_node.ops import Call, Claim, Complete, Discover, Lease, Op, Settled
 from frontier_node.reading import StoreReader
 from frontier_node.report import coverage_report
-from frontier_node.wire import DecodeWarnings, handlers
+from frontier_node.wire import DecodeWarnings, UndecodableRequest, handlers
 from hostring.limits import MAX_MESSAGE_BYTES, REPORT_CHUNK_BYTES
 from hostring.text import escape_tree
 from hostring.urls import UrlRejected, identify
@@ -51,6 +51,8 @@ _PER_COMPLETION_REPLY = 512  # a CompleteResponse without its forwarded links: f
 _MAX_NEXT_READY_MS = 2**32 - 1
 _CHECK_ON_LOOP_BYTES = 256 * 1024  # requests above this are checked on a worker thread
 _BUILD_ON_LOOP = 2_000  # replies with more entries than this are built on a worker thread
+STREAM_IN_FLIGHT: Final = 64
+"""CompleteStream: messages of one stream handled at once (the stream is not read further until one is answered)."""
 
 
 class FrontierService:
@@ -234,6 +236,51 @@ class FrontierService:
                 leased = (await parked).items
         resp.leases.extend(_lease_item(item) for item in leased)
         return resp
+
+    async def CompleteStream(
+        self, requests: AsyncIterator[pb.CompleteBatchRequest], context: Context
+    ) -> AsyncIterator[pb.CompleteBatchResponse]:
+        """CompleteBatch per message, each answered (tagged) when ready; at most STREAM_IN_FLIGHT at once, the next
+        message read when one is answered; a refusal ends the stream with the status the call would get."""
+        answers: asyncio.Queue[pb.CompleteBatchResponse | _Refusal | None] = asyncio.Queue()
+        room = asyncio.Semaphore(STREAM_IN_FLIGHT)
+        working: set[asyncio.Task[None]] = set()
+
+        async def answer(request: pb.CompleteBatchRequest) -> None:
+            try:
+                resp = await self.CompleteBatch(request, _REFUSING)
+            except _Refusal as e:
+                answers.put_nowait(e)
+                return
+            finally:
+                room.release()
+            resp.tag = request.tag
+            answers.put_nowait(resp)
+
+        async def read() -> None:
+            try:
+                async for request in requests:
+                    await room.acquire()
+                    task = asyncio.ensure_future(answer(request))
+                    working.add(task)
+                    task.add_done_callback(working.discard)
+            except UndecodableRequest as e:
+                answers.put_nowait(_Refusal(grpc.StatusCode.INVALID_ARGUMENT, str(e)))
+                return
+            if working:  # the client is done writing: answer what is in hand, then end the stream
+                await asyncio.wait(set(working))
+            answers.put_nowait(None)
+
+        reader = asyncio.ensure_future(read())
+        try:
+            while (item := await answers.get()) is not None:
+                if isinstance(item, _Refusal):
+                    await _abort(context, item.code, item.details)
+                yield item
+        finally:
+            reader.cancel()
+            for task in working:
+                task.cancel()
 
     # ------------------------------------------------------------------ inspection
 
@@ -428,6 +475,24 @@ class FrontierService:
 def _inspector() -> ThreadPoolExecutor:
     """The thread that reads reports and histories from the store: one, so reports queue rather than pile up."""
     return ThreadPoolExecutor(max_workers=1, thread_name_prefix="inspect")
+
+
+class _Refusal(Exception):
+    """A CompleteStream message refused as its CompleteBatch call would be (the stream ends with this status)."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self.code, self.details = code, details
+
+
+class _RefusingContext:
+    """The context CompleteStream hands CompleteBatch: its abort raises _Refusal instead of ending a call."""
+
+    async def abort(self, code: grpc.StatusCode, details: str) -> NoReturn:
+        raise _Refusal(code, details)
+
+
+_REFUSING: Final = cast("Context", _RefusingContext())
 
 
 async def _abort(context: Context, code: grpc.StatusCode, details: str) -> NoReturn:

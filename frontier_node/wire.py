@@ -35,6 +35,10 @@ class _Undecodable:
 UNDECODABLE: Final = _Undecodable()
 
 
+class UndecodableRequest(ValueError):
+    """A message of a client stream that is not the method's message (the stream ends INVALID_ARGUMENT)."""
+
+
 def _deserializer(cls: Any) -> Callable[[bytes], Any]:
     def decode(data: bytes) -> Any:
         try:
@@ -79,7 +83,13 @@ def handlers(servicer: object, warnings: DecodeWarnings) -> grpc.GenericRpcHandl
         response_cls = getattr(pb, method.output_type.name)
         behaviour = getattr(servicer, method.name)
         expected = method.input_type.full_name
-        if method.server_streaming:
+        if method.client_streaming and method.server_streaming:
+            table[method.name] = grpc.stream_stream_rpc_method_handler(
+                _bidi(method.name, expected, behaviour, warnings),
+                request_deserializer=_deserializer(request_cls),
+                response_serializer=response_cls.SerializeToString,
+            )
+        elif method.server_streaming:
             table[method.name] = grpc.unary_stream_rpc_method_handler(
                 _streaming(method.name, expected, behaviour, warnings),
                 request_deserializer=_deserializer(request_cls),
@@ -117,6 +127,26 @@ def _streaming(
             warnings.note(name)
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"the request is not a valid {expected} message")
         async for reply in behaviour(request, context):
+            yield reply
+
+    return handle
+
+
+def _bidi(
+    name: str,
+    expected: str,
+    behaviour: Callable[[AsyncIterator[Any], Context], AsyncIterator[Any]],
+    warnings: DecodeWarnings,
+) -> Callable[[AsyncIterator[Any], Context], AsyncIterator[Any]]:
+    async def handle(requests: AsyncIterator[Any], context: Context) -> AsyncIterator[Any]:
+        async def decoded() -> AsyncIterator[Any]:
+            async for request in requests:
+                if request is UNDECODABLE:
+                    warnings.note(name)
+                    raise UndecodableRequest(f"a message of the stream is not a valid {expected} message")
+                yield request
+
+        async for reply in behaviour(decoded(), context):
             yield reply
 
     return handle

@@ -8,6 +8,7 @@ RingWatcher in a cluster, StaticRouter when one node owns everything.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import random
 import time
@@ -284,16 +285,20 @@ class CompletionBatcher:
         want: Callable[[str, int], int] | None = None,
         leased: Callable[[str, Sequence[pb.LeaseItem], int], None] | None = None,
         lease_wait_ms: int = 0,
+        stream: bool = False,
     ) -> None:
         """`want(address, completing)`: how many new leases to ask the node for with a batch of `completing`
         completions (0: none); `leased(address, items, asked)` then takes the ones it answered (none when the call
         failed), before the completions' futures resolve (zero-wait turnaround: a released host's next URL
         travels with the completion). With `lease_wait_ms`, a batch that asks waits on the node up to that long
-        for an item when none is ready (its completions' answers wait with it)."""
+        for an item when none is ready (its completions' answers wait with it). With `stream`, batches go as
+        messages of one CompleteStream per node instead of calls (cheaper when they come one at a time)."""
         self.clients = clients
         self.want = want
         self.leased = leased
         self.lease_wait_ms = lease_wait_ms
+        self.stream = stream
+        self._streams: dict[str, CompletionStream] = {}
         self._pending: dict[str, list[tuple[pb.CompleteRequest, asyncio.Future[pb.CompleteResponse]]]] = {}
         self._sends: set[asyncio.Task[None]] = set()
 
@@ -329,8 +334,12 @@ class CompletionBatcher:
             if asked:
                 request.worker_id, request.lease_max_items = self.clients.worker_id, asked
                 request.lease_wait_ms = self.lease_wait_ms
+        timeout_s = 30 + request.lease_wait_ms / 1000
         try:
-            resp = await self.clients.stub(address).CompleteBatch(request, timeout=30 + request.lease_wait_ms / 1000)
+            if self.stream:
+                resp = await self._stream(address).ask(request, timeout_s)
+            else:
+                resp = await self.clients.stub(address).CompleteBatch(request, timeout=timeout_s)
         except BaseException as e:
             if asked and self.leased is not None:
                 self.leased(address, (), asked)
@@ -345,6 +354,89 @@ class CompletionBatcher:
         for (_, future), result in zip(batch, resp.results, strict=True):
             if not future.done():
                 future.set_result(result)
+
+    def _stream(self, address: str) -> CompletionStream:
+        stream = self._streams.get(address)
+        if stream is None or stream.broken is not None:
+            stream = self._streams[address] = CompletionStream(self.clients.stub(address))
+        return stream
+
+    def close(self) -> None:
+        """End the completion streams (a batch still waiting on one fails with CANCELLED)."""
+        for stream in self._streams.values():
+            stream.close()
+        self._streams.clear()
+
+
+class CompletionStream:
+    """One CompleteStream call to a node: each batch written with a tag, its answer handed back by tag. The first
+    error breaks it for good (every batch waiting gets that error; the batcher then opens a new stream)."""
+
+    def __init__(self, stub: pb_grpc.FrontierStub) -> None:
+        self._call = stub.CompleteStream()
+        self._waiting: dict[int, asyncio.Future[pb.CompleteBatchResponse]] = {}
+        self._tags = itertools.count(1)
+        self._writing = asyncio.Lock()
+        self.broken: grpc.aio.AioRpcError | None = None
+        self._reader = asyncio.ensure_future(self._read())
+
+    async def ask(self, request: pb.CompleteBatchRequest, timeout_s: float) -> pb.CompleteBatchResponse:
+        """Send one batch and wait for its answer; AioRpcError when the stream breaks or `timeout_s` passes."""
+        if self.broken is not None:
+            raise self.broken
+        tag = request.tag = next(self._tags)
+        future: asyncio.Future[pb.CompleteBatchResponse] = asyncio.get_running_loop().create_future()
+        self._waiting[tag] = future
+        try:
+            async with self._writing:
+                await self._call.write(request)
+            return await asyncio.wait_for(asyncio.shield(future), timeout_s)
+        except TimeoutError:
+            self._waiting.pop(tag, None)
+            late = _rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, f"no answer in {timeout_s:.0f} s")
+            raise self._break(late) from None
+        except grpc.aio.AioRpcError as e:
+            self._break(e)
+            raise
+        except Exception as e:  # a write on a call that already ended
+            raise self._break(_rpc_error(grpc.StatusCode.UNAVAILABLE, f"the completion stream ended: {e!r}")) from e
+        finally:
+            self._waiting.pop(tag, None)
+
+    def close(self) -> None:
+        self._break(_rpc_error(grpc.StatusCode.CANCELLED, "the completion stream was closed"))
+        self._reader.cancel()
+
+    async def _read(self) -> None:
+        try:
+            while True:
+                resp = await self._call.read()
+                if resp is grpc.aio.EOF:  # type: ignore[attr-defined]
+                    raise _rpc_error(grpc.StatusCode.UNAVAILABLE, "the node ended the completion stream")
+                assert isinstance(resp, pb.CompleteBatchResponse)
+                future = self._waiting.get(resp.tag)
+                if future is not None and not future.done():
+                    future.set_result(resp)
+        except grpc.aio.AioRpcError as e:
+            self._break(e)
+        except asyncio.CancelledError:
+            self._break(_rpc_error(grpc.StatusCode.CANCELLED, "the completion stream was cancelled"))
+            raise
+
+    def _break(self, error: grpc.aio.AioRpcError) -> grpc.aio.AioRpcError:
+        """Break the stream for good (the first error stays); the error it broke with."""
+        if self.broken is None:
+            self.broken = error
+            self._call.cancel()
+            for future in self._waiting.values():
+                if not future.done():
+                    future.set_exception(error)
+            self._waiting.clear()
+        return self.broken
+
+
+def _rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
+    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details, details)
 
 
 def _within_limits(

@@ -27,14 +27,19 @@ NOT_FOUND = pb.Outcome(status=404, retry_after_s=-1)
 PAGE_OK = pb.Outcome(status=200, retry_after_s=-1, content_type="text/html")
 
 
-def _stub(delay_s: float) -> Iterator[pb_grpc.FrontierStub]:
+def _channel(delay_s: float) -> Iterator[grpc.Channel]:
     config = FrontierConfig(politeness=PolitenessConfig(min_delay_s=delay_s, response_factor=0.0))
     served = Served(FrontierService(Frontier(MemoryStore(), WallClock(), config)))
     try:
         with grpc.insecure_channel(served.address, options=grpc_options()) as channel:
-            yield pb_grpc.FrontierStub(channel)  # type: ignore[no-untyped-call]
+            yield channel
     finally:
         served.close()
+
+
+def _stub(delay_s: float) -> Iterator[pb_grpc.FrontierStub]:
+    for channel in _channel(delay_s):
+        yield pb_grpc.FrontierStub(channel)  # type: ignore[no-untyped-call]
 
 
 @pytest.fixture
@@ -185,3 +190,59 @@ def test_completions_are_committed_before_the_wait(slow_stub: pb_grpc.FrontierSt
     assert not again.results[0].accepted, "the completion was not committed before the wait"
     info = stub.GetUrl(pb.GetUrlRequest(url=robots.fetch_key), timeout=RPC_S)
     assert info.state == "fetched"
+
+
+# ============================================================================ CompleteStream
+
+
+@pytest.fixture
+def second_stub() -> Iterator[pb_grpc.FrontierStub]:
+    yield from _stub(1.0)
+
+
+def test_a_stream_answers_each_batch_by_its_tag_as_soon_as_it_is_ready(second_stub: pb_grpc.FrontierStub) -> None:
+    """Two batches on one CompleteStream: the first waits for a lease (its host rests 1 s, the other is in
+    flight), the second asks for none: the second is answered first, each with its own tag, and the first then
+    brings the host's page."""
+    stub = second_stub
+    stub.Discover(pb.DiscoverRequest(links=seeds(2, 2)), timeout=RPC_S)
+    robots = stub.Lease(pb.LeaseRequest(worker_id="w", max_items=5), timeout=RPC_S).items
+    first = next(it for it in robots if it.host == "h0.example")
+    other = next(it for it in robots if it.host == "h1.example")
+    waits = pb.CompleteBatchRequest(
+        completions=[done(first, NOT_FOUND)], worker_id="w", lease_max_items=1, lease_wait_ms=10_000, tag=7
+    )
+    quick = pb.CompleteBatchRequest(completions=[done(other, NOT_FOUND)], tag=8)
+    answers = list(stub.CompleteStream(iter([waits, quick]), timeout=RPC_S))
+    assert [a.tag for a in answers] == [8, 7]
+    assert all(a.results[0].accepted for a in answers)
+    assert not answers[0].leases
+    (page,) = answers[1].leases
+    assert page.host in ("h0.example", "h1.example") and page.kind == pb.PAGE
+
+
+@pytest.fixture
+def channel() -> Iterator[grpc.Channel]:
+    yield from _channel(0.0)
+
+
+def test_a_refused_or_undecodable_message_ends_the_stream_with_the_calls_status(channel: grpc.Channel) -> None:
+    """A message CompleteBatch would refuse (leases asked without a worker id) ends the stream INVALID_ARGUMENT,
+    naming the field; so do bytes that are not a CompleteBatchRequest."""
+    stub = pb_grpc.FrontierStub(channel)  # type: ignore[no-untyped-call]
+    stub.Discover(pb.DiscoverRequest(links=seeds(1, 1)), timeout=RPC_S)
+    (robots,) = stub.Lease(pb.LeaseRequest(worker_id="w", max_items=5), timeout=RPC_S).items
+    bad = pb.CompleteBatchRequest(completions=[done(robots, NOT_FOUND)], lease_max_items=3, tag=1)
+    with pytest.raises(grpc.RpcError) as e:
+        list(stub.CompleteStream(iter([bad]), timeout=RPC_S))
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "CompleteBatchRequest.worker_id" in (e.value.details() or "")
+    raw = channel.stream_stream(
+        "/hostring.v1.Frontier/CompleteStream", request_serializer=lambda b: b, response_deserializer=lambda b: b
+    )
+    with pytest.raises(grpc.RpcError) as e:
+        list(raw(iter([b"\xff\xff\xff"]), timeout=RPC_S))
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "not a valid hostring.v1.CompleteBatchRequest" in (e.value.details() or "")
+    resp = batch(stub, done(robots, NOT_FOUND))
+    assert resp.results[0].accepted, "a refused stream settled the lease"

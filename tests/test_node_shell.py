@@ -143,6 +143,40 @@ def test_forty_parked_leases_starve_nothing(node: Node) -> None:
             f.cancel()
 
 
+def test_a_stream_of_a_hundred_parked_batches_starves_nothing(node: Node) -> None:
+    """One CompleteStream carries 100 batches that each wait 30 s for a lease (none ready: the node's one host is
+    in flight): health answers within 1 s and Discover within 5 s, and the new work goes to one of them, answered
+    by its tag while the others still wait."""
+    node.stub.Discover(pb.DiscoverRequest(links=seeds(1, 1)), timeout=RPC_S)
+    (robots,) = node.stub.Lease(pb.LeaseRequest(worker_id="t", max_items=10), timeout=RPC_S).items
+    release = threading.Event()
+
+    def batches() -> Iterator[pb.CompleteBatchRequest]:
+        for tag in range(1, 101):
+            yield pb.CompleteBatchRequest(worker_id="s", lease_max_items=1, lease_wait_ms=30_000, tag=tag)
+        release.wait(30)
+
+    answers = node.stub.CompleteStream(batches(), timeout=40)
+    first: list[pb.CompleteBatchResponse] = []
+    reader = threading.Thread(target=lambda: first.append(next(answers)), daemon=True)
+    reader.start()
+    try:
+        time.sleep(1.0)
+        assert not first, "a batch answered although nothing was ready"
+        check = health_pb2.HealthCheckRequest()
+        assert node.health.Check(check, timeout=1.0).status == health_pb2.HealthCheckResponse.SERVING
+        node.stub.Discover(pb.DiscoverRequest(links=[pb.Link(observed="http://fresh.example/", seed=True)]), timeout=5)
+        reader.join(10.0)
+        (answer,) = first
+        assert 1 <= answer.tag <= 100
+        (item,) = answer.leases
+        assert item.kind == pb.ROBOTS and item.host == "fresh.example", item
+        assert complete(node, robots, pb.Outcome(status=404, retry_after_s=-1)).accepted
+    finally:
+        release.set()
+        answers.cancel()
+
+
 def _first_done(futures: list[Future[Any]], timeout: float) -> Future[Any]:
     """The first future answered with items, waiting at most `timeout`."""
     deadline = time.monotonic() + timeout

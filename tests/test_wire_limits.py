@@ -31,7 +31,7 @@ FREE = {
     ("Link", "priority"), ("Link", "seed"), ("DiscoverRequest", "ring_epoch"), ("LeaseRequest", "ring_epoch"),
     ("Outcome", "simhash"), ("Outcome", "nofollow"), ("Outcome", "noindex"), ("ListHostsRequest", "only_with_work"),
     ("PauseHostRequest", "paused"), ("ReportRequest", "dispositions"), ("ReleaseLeasesRequest", "every_worker"),
-    ("SetHostPolicyRequest", "whole_domain"),
+    ("SetHostPolicyRequest", "whole_domain"), ("CompleteBatchRequest", "tag"),
 }  # fmt: skip
 _F = pb.Link.DESCRIPTOR.fields_by_name["observed"]
 SIZED = {_F.TYPE_STRING, _F.TYPE_BYTES}

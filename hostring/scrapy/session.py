@@ -118,7 +118,7 @@ class FrontierSession:
         self.clients = NodeClients(router, worker_id=worker_id, channel_options=grpc_options())
         self._wait_ms = int(lease_wait_s * 1000)
         self._batcher = CompletionBatcher(
-            self.clients, want=self._want, leased=self._take_leased, lease_wait_ms=self._wait_ms
+            self.clients, want=self._want, leased=self._take_leased, lease_wait_ms=self._wait_ms, stream=True
         )
         self._on_lease = on_lease
         self._stat = stat
@@ -165,6 +165,7 @@ class FrontierSession:
             task.cancel()
         with contextlib.suppress(Exception):
             await asyncio.gather(*self._tasks, *self._loops.values(), return_exceptions=True)
+        self._batcher.close()
         await self.clients.close()
 
     def spawn(self, coro: Coroutine[Any, Any, object], name: str = "hostring") -> asyncio.Task[Any]:

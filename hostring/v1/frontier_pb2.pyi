@@ -236,24 +236,28 @@ class CompleteResponse(_message.Message):
     def __init__(self, accepted: _Optional[bool] = ..., state: _Optional[str] = ..., follow_links: _Optional[bool] = ..., reason: _Optional[str] = ..., forward: _Optional[_Iterable[_Union[Link, _Mapping]]] = ..., admitted: _Optional[int] = ..., wrong_owner: _Optional[bool] = ...) -> None: ...
 
 class CompleteBatchRequest(_message.Message):
-    __slots__ = ("completions", "worker_id", "lease_max_items", "lease_wait_ms")
+    __slots__ = ("completions", "worker_id", "lease_max_items", "lease_wait_ms", "tag")
     COMPLETIONS_FIELD_NUMBER: _ClassVar[int]
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_MAX_ITEMS_FIELD_NUMBER: _ClassVar[int]
     LEASE_WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    TAG_FIELD_NUMBER: _ClassVar[int]
     completions: _containers.RepeatedCompositeFieldContainer[CompleteRequest]
     worker_id: str
     lease_max_items: int
     lease_wait_ms: int
-    def __init__(self, completions: _Optional[_Iterable[_Union[CompleteRequest, _Mapping]]] = ..., worker_id: _Optional[str] = ..., lease_max_items: _Optional[int] = ..., lease_wait_ms: _Optional[int] = ...) -> None: ...
+    tag: int
+    def __init__(self, completions: _Optional[_Iterable[_Union[CompleteRequest, _Mapping]]] = ..., worker_id: _Optional[str] = ..., lease_max_items: _Optional[int] = ..., lease_wait_ms: _Optional[int] = ..., tag: _Optional[int] = ...) -> None: ...
 
 class CompleteBatchResponse(_message.Message):
-    __slots__ = ("results", "leases")
+    __slots__ = ("results", "leases", "tag")
     RESULTS_FIELD_NUMBER: _ClassVar[int]
     LEASES_FIELD_NUMBER: _ClassVar[int]
+    TAG_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[CompleteResponse]
     leases: _containers.RepeatedCompositeFieldContainer[LeaseItem]
-    def __init__(self, results: _Optional[_Iterable[_Union[CompleteResponse, _Mapping]]] = ..., leases: _Optional[_Iterable[_Union[LeaseItem, _Mapping]]] = ...) -> None: ...
+    tag: int
+    def __init__(self, results: _Optional[_Iterable[_Union[CompleteResponse, _Mapping]]] = ..., leases: _Optional[_Iterable[_Union[LeaseItem, _Mapping]]] = ..., tag: _Optional[int] = ...) -> None: ...
 
 class StatsRequest(_message.Message):
     __slots__ = ()

@@ -60,6 +60,11 @@ class FrontierStub:
                 request_serializer=hostring_dot_v1_dot_frontier__pb2.CompleteBatchRequest.SerializeToString,
                 response_deserializer=hostring_dot_v1_dot_frontier__pb2.CompleteBatchResponse.FromString,
                 _registered_method=True)
+        self.CompleteStream = channel.stream_stream(
+                '/hostring.v1.Frontier/CompleteStream',
+                request_serializer=hostring_dot_v1_dot_frontier__pb2.CompleteBatchRequest.SerializeToString,
+                response_deserializer=hostring_dot_v1_dot_frontier__pb2.CompleteBatchResponse.FromString,
+                _registered_method=True)
         self.Stats = channel.unary_unary(
                 '/hostring.v1.Frontier/Stats',
                 request_serializer=hostring_dot_v1_dot_frontier__pb2.StatsRequest.SerializeToString,
@@ -152,6 +157,17 @@ class FrontierServicer:
 
     def CompleteBatch(self, request, context):
         """Several completions in one call and one commit: what a busy worker sends (answers in request order).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CompleteStream(self, request_iterator, context):
+        """CompleteBatch calls over one long-lived stream (the Scrapy plug-in keeps one per node): each request is
+        handled as a CompleteBatch call would be and answered with its `tag`, as soon as its answer is ready (one that
+        waits for leases holds up none behind it); at most 64 of a stream's requests are handled at once, the next
+        is read when one is answered. A request a call would refuse ends the stream with the call's status.
+        Why: on a mostly idle machine each new call costs ~1 ms of CPU on each side, a message on a stream ~0.5.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -255,6 +271,11 @@ def add_FrontierServicer_to_server(servicer, server):
             ),
             'CompleteBatch': grpc.unary_unary_rpc_method_handler(
                     servicer.CompleteBatch,
+                    request_deserializer=hostring_dot_v1_dot_frontier__pb2.CompleteBatchRequest.FromString,
+                    response_serializer=hostring_dot_v1_dot_frontier__pb2.CompleteBatchResponse.SerializeToString,
+            ),
+            'CompleteStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.CompleteStream,
                     request_deserializer=hostring_dot_v1_dot_frontier__pb2.CompleteBatchRequest.FromString,
                     response_serializer=hostring_dot_v1_dot_frontier__pb2.CompleteBatchResponse.SerializeToString,
             ),
@@ -448,6 +469,33 @@ class Frontier:
             request,
             target,
             '/hostring.v1.Frontier/CompleteBatch',
+            hostring_dot_v1_dot_frontier__pb2.CompleteBatchRequest.SerializeToString,
+            hostring_dot_v1_dot_frontier__pb2.CompleteBatchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CompleteStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/hostring.v1.Frontier/CompleteStream',
             hostring_dot_v1_dot_frontier__pb2.CompleteBatchRequest.SerializeToString,
             hostring_dot_v1_dot_frontier__pb2.CompleteBatchResponse.FromString,
             options,

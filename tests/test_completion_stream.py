@@ -1,0 +1,94 @@
+"""hostring.client.CompletionStream against a real node over loopback: batches answered by tag, and a node that goes
+away fails every waiting batch with an RPC error (the caller retries) instead of leaving it hanging."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from pathlib import Path
+
+import grpc
+import pytest
+
+from frontier_node.core.config import FrontierConfig, PolitenessConfig
+from frontier_node.core.frontier import Frontier
+from frontier_node.service import FrontierService
+from frontier_node.store.memory import MemoryStore
+from hostring.client import CompletionBatcher, NodeClients
+from hostring.clock import WallClock
+from hostring.scrapy.session import StaticRing
+from hostring.v1 import frontier_pb2 as pb
+from tests.test_node_shell import Node, Served, seeds
+
+pytestmark = [pytest.mark.timeout(60)]
+
+NOT_FOUND = pb.Outcome(status=404, retry_after_s=-1)
+
+
+def _served(delay_s: float) -> Served:
+    config = FrontierConfig(politeness=PolitenessConfig(min_delay_s=delay_s, response_factor=0.0))
+    return Served(FrontierService(Frontier(MemoryStore(), WallClock(), config)))
+
+
+def _done(item: pb.LeaseItem) -> pb.CompleteRequest:
+    return pb.CompleteRequest(lease_id=item.lease_id, generation=item.generation, outcome=NOT_FOUND, worker_id="w")
+
+
+def test_batches_on_the_stream_get_their_own_answers() -> None:
+    """Three hosts' robots.txt completed as three concurrent batches on one stream: each future gets the answer for
+    its own completion (accepted, its state), and the stream stays whole."""
+    served = _served(0.0)
+    try:
+
+        async def go() -> None:
+            clients = NodeClients(StaticRing([served.address]), worker_id="w")
+            stub = clients.stub(served.address)
+            await stub.Discover(pb.DiscoverRequest(links=seeds(3, 3)), timeout=5)
+            robots = (await stub.Lease(pb.LeaseRequest(worker_id="w", max_items=5), timeout=5)).items
+            assert len(robots) == 3
+            batcher = CompletionBatcher(clients, stream=True)
+            answers = await asyncio.gather(*(batcher.submit(served.address, _done(item)) for item in robots))
+            assert all(a.accepted for a in answers)
+            again = await batcher.submit(served.address, _done(robots[0]))
+            assert not again.accepted, "the same completion twice should be stale"
+            assert batcher._streams[served.address].broken is None
+            batcher.close()
+            await clients.close()
+
+        asyncio.run(go())
+    finally:
+        served.close()
+
+
+def test_a_node_killed_mid_wait_fails_the_waiting_batch(tmp_path: Path) -> None:
+    """A batch waits on the stream for a lease (its host rests 30 s) when the node process is killed (SIGKILL): the
+    batch's future fails with an RPC error, not a hang, and the stream is marked broken (the next batch opens a new
+    one)."""
+    node = Node(tmp_path, "--delay", "30")
+    try:
+
+        async def go() -> None:
+            clients = NodeClients(StaticRing([node.address]), worker_id="w")
+            stub = clients.stub(node.address)
+            await stub.Discover(pb.DiscoverRequest(links=seeds(2, 1)), timeout=5)
+            (robots,) = (await stub.Lease(pb.LeaseRequest(worker_id="w", max_items=5), timeout=5)).items
+            batcher = CompletionBatcher(
+                clients,
+                want=lambda address, n: 1,
+                leased=lambda address, items, asked: None,
+                lease_wait_ms=30_000,
+                stream=True,
+            )
+            waiting = batcher.submit(node.address, _done(robots))
+            await asyncio.sleep(1.0)
+            assert not waiting.done(), "answered although its host rests 30 s"
+            node.proc.send(signal.SIGKILL)
+            with pytest.raises(grpc.aio.AioRpcError):
+                await asyncio.wait_for(waiting, 10)
+            assert batcher._streams[node.address].broken is not None
+            batcher.close()
+            await clients.close()
+
+        asyncio.run(go())
+    finally:
+        node.close()
