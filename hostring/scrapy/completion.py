@@ -78,8 +78,8 @@ class Handout:
 
 
 async def _awaited(output: Any) -> AsyncIterator[Any]:
-    """The items of what iterate_spider_output made of an odd callback's result (an async generator, or a Deferred
-    of an iterable), as Scrapy's dispatch awaits it."""
+    """The items of a spider's output that may have to be awaited first: Scrapy's dispatch (call_spider_async), or
+    what iterate_spider_output made of an odd callback's result (an async generator, a Deferred of an iterable)."""
     result = await ensure_awaitable(output)
     if isinstance(result, AsyncIterator):
         async for out in result:
@@ -202,15 +202,9 @@ class Completer:
             raise RuntimeError("hostring.scrapy: the crawler has no engine")
         return engine.scraper
 
-    async def _spider_output(self, response: Response, request: Request) -> AsyncIterator[Any]:
+    def _spider_output(self, response: Response, request: Request) -> AsyncIterator[Any]:
         """What the spider's own callback makes of `response`, through Scrapy's dispatch."""
-        output = await self._scraper().call_spider_async(response, request)
-        if isinstance(output, AsyncIterator):
-            async for out in output:
-                yield out
-        else:
-            for out in output:
-                yield out
+        return _awaited(self._scraper().call_spider_async(response, request))
 
     async def _settled_output(
         self, handout: Handout, response: Response, request: Request, outcome: pb.Outcome
