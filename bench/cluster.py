@@ -52,7 +52,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -630,8 +630,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     parser.add_argument("--quick", action="store_true", help="a short run: 1k hosts, 10k links, 3k pages")
     parser.add_argument("--no-membership", action="store_true", help="throughput figures only")
+    parser.add_argument(
+        "--nodes", type=int, nargs="+", metavar="N", help="the node counts measured on Redis (default: 1 2 3)"
+    )
     args = parser.parse_args(argv)
-    figures = run(QUICK if args.quick else Workload(), membership=not args.no_membership)
+    workload = QUICK if args.quick else Workload()
+    if args.nodes:
+        workload = replace(workload, node_counts=tuple(args.nodes))
+    figures = run(workload, membership=not args.no_membership)
     print(json.dumps(figures, indent=2) if args.json else table(figures))
     return 0
 
