@@ -6,14 +6,16 @@ Layout (each key its own hash tag, so a Redis Cluster spreads them over its shar
     ns:{b:<digest>}                 string  the fetch key first fetched with this exact body (first wins: Lua)
     ns:{s:<band>:<16-bit value>}    set     members "<simhash hex>:<key hash hex>" of bodies with that band value
 
-Cost per fetched 2xx page: 1 EVAL (GET-or-SET of the digest) plus, when the page has a simhash, 4 SMEMBERS and
-4 SADD of its bands, in one round trip for a page or, primed, for a whole CompleteBatch slice; about 120 bytes
-sent and, in Redis, one string (the key, at most 512 characters) and four 25-byte set members per distinct body.
+Cost per fetched 2xx page: a GET-or-SET of the digest plus, when the page has a simhash, the members of its 4
+bands and 4 SADD, in one round trip for a page or, primed, for a whole CompleteBatch slice (on one server one
+script call: 1 SUNION for the bands, one JSON argument and one JSON answer for the slice); about 120 bytes sent
+and, in Redis, one string (the key, at most 512 characters) and four 25-byte set members per distinct body.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Sequence
 from typing import Any, Final, NamedTuple
 
@@ -29,27 +31,31 @@ redis.call('SET', KEYS[1], ARGV[1])
 return false
 """
 # One call for a batch of claims on a single server (not a Cluster: the keys are in many slots, built by the
-# caller, not declared). ARGV: groups of 7: digest key ("" none), fetch key, band member ("" none), 4 band keys.
-# Per claim, in order, what one claim's pipeline does: the digest's GET-or-SET, then SMEMBERS of the 4 bands and
-# SADD of the member. Answers {first or false, {members of the 4 bands...}} per claim.
+# caller, not declared). ARGV[1]: a JSON array of groups of 7: digest key ("" none), fetch key, band member ("" none),
+# 4 band keys. Per claim, in order, what one claim's pipeline does: the digest's GET-or-SET, then the members of the
+# 4 bands (one SUNION: the near check needs each member once, not which band held it) and SADD of the member.
+# Answers one JSON text (one string to parse rather than a reply array per claim): [first or "", [member, ...]] per
+# claim, where "" is no first key (a stored key is never empty: the caller never claims an empty key).
 _CLAIM_ALL: Final = """
+local args = cjson.decode(ARGV[1])
 local out = {}
-for i = 1, #ARGV, 7 do
-  local first = false
-  if ARGV[i] ~= '' then
-    first = redis.call('GET', ARGV[i])
-    if not first then redis.call('SET', ARGV[i], ARGV[i + 1]) end
+for i = 1, #args, 7 do
+  local first = ''
+  if args[i] ~= '' then
+    first = redis.call('GET', args[i])
+    if not first then
+      redis.call('SET', args[i], args[i + 1])
+      first = ''
+    end
   end
   local seen = {}
-  if ARGV[i + 2] ~= '' then
-    for b = 3, 6 do
-      for _, m in ipairs(redis.call('SMEMBERS', ARGV[i + b])) do seen[#seen + 1] = m end
-    end
-    for b = 3, 6 do redis.call('SADD', ARGV[i + b], ARGV[i + 2]) end
+  if args[i + 2] ~= '' then
+    seen = redis.call('SUNION', args[i + 3], args[i + 4], args[i + 5], args[i + 6])
+    for b = 3, 6 do redis.call('SADD', args[i + b], args[i + 2]) end
   end
   out[#out + 1] = {first, seen}
 end
-return out
+return cjson.encode(out)
 """
 _MASK: Final = (1 << 64) - 1
 _KEY_LIMIT: Final = 512
@@ -76,6 +82,7 @@ class RedisBodyIndex:
         self._ns = namespace
         self.max_distance = max_distance
         self._primed: dict[tuple[str, int, str], list[BodyClaim]] = {}
+        self._claim_all = None if isinstance(client, RedisCluster) else client.register_script(_CLAIM_ALL)
 
     def _pipeline(self) -> Any:
         return self._r.pipeline(transaction=False)
@@ -97,7 +104,7 @@ class RedisBodyIndex:
         todo = [(c, plan) for c, plan in plans if plan is not None]
         if not todo:
             return
-        if isinstance(self._r, RedisCluster):
+        if self._claim_all is None:
             pipe = self._pipeline()
             for _, plan in todo:
                 self._queue(pipe, plan)
@@ -108,9 +115,9 @@ class RedisBodyIndex:
                 at += n
         else:
             args = [a for _, plan in todo for a in (plan.digest_key, plan.key, plan.member, *plan.bands)]
-            found = self._r.eval(_CLAIM_ALL, 0, *args)
+            found = json.loads(self._claim_all(args=[json.dumps(args, ensure_ascii=False, separators=(",", ":"))]))
             replies = [
-                ([first] if plan.digest_key else []) + [seen]
+                ([first or None] if plan.digest_key else []) + [seen]
                 for (_, plan), (first, seen) in zip(todo, found, strict=True)
             ]
         for (claim, plan), reply in zip(todo, replies, strict=True):
