@@ -142,12 +142,10 @@ def item_domain(item: Item) -> str:
 # -- item rows ---------------------------------------------------------------------------------------------
 
 
-def row_order(priority: int, seq: int) -> str:
-    """The fixed-width text whose byte order is (priority, seq) order."""
-    p = priority + PRIORITY_OFFSET
-    if not (0 <= p < SEQ_LIMIT and 0 <= seq < SEQ_LIMIT):
+def check_order(priority: int, seq: int) -> None:
+    """ValueError when (priority, seq) has no `order` text (see the module docstring)."""
+    if not (0 <= priority + PRIORITY_OFFSET < SEQ_LIMIT and 0 <= seq < SEQ_LIMIT):
         raise ValueError(f"priority {priority} / seq {seq} out of range (signed 64-bit priority, 0 <= seq < 1e20)")
-    return f"{p:020d}:{seq:020d}"
 
 
 def after_bound(after: tuple[int, int]) -> str | None:
@@ -165,28 +163,44 @@ def after_bound(after: tuple[int, int]) -> str | None:
     return f"[{p:020d}:{seq:020d};"
 
 
-def pack_row(item: Item, first: int) -> str:
-    """The stored form of an item row: the fields the script needs up front, the rest as a JSON list.
+RowFields = tuple[Any, ...]
+"""An item's row fields as they stood at one moment: state, host, priority, seq, then _ROW_FIELDS in order."""
+
+
+def row_fields(item: Item) -> RowFields:
+    """A snapshot of `item`'s row (a tuple, a fraction of a pack_row): buffered at record(), packed once at flush.
+    ValueError, as pack_row, for a row that cannot be stored."""
+    if SEP in item.host:
+        raise ValueError(f"item {item.key!r}: host {item.host!r} holds a unit separator")
+    check_order(item.priority, item.seq)
+    return (
+        item.state, item.host, item.priority, item.seq, item.url, item.origin, item.domain, item.kind, item.depth,
+        item.redirect_hops, item.attempt, item.generation, item.reason, item.deadline, item.due_at, item.status,
+        item.etag, item.last_modified, item.evidence, item.digest, item.source, item.checked_at, item.stored_at,
+        item.interval_s, item.visits, item.changes, item.watched_s, item.changed_s, item.simhash, item.payload,
+    )  # fmt: skip
+
+
+def pack_fields(f: RowFields, first: int) -> str:
+    """The stored form of a row snapshot: the fields the script needs up front, the rest as a JSON list.
 
     `first` is the seq of the journal line that first wrote the row (the script keeps a stored one). The revisit
     numbers and the client payload are added only when there are some (see _ROW_FIELDS).
     """
-    if SEP in item.host:
-        raise ValueError(f"item {item.key!r}: host {item.host!r} holds a unit separator")
-    fields: list[object] = [
-        item.url, item.origin, item.domain, int(item.kind), item.depth, item.redirect_hops, item.attempt,
-        item.generation, item.reason, item.deadline, item.due_at, item.status, item.etag, item.last_modified,
-        item.evidence, item.digest, item.source,
-    ]  # fmt: skip
-    revisit = (item.checked_at, item.stored_at, item.interval_s, item.visits, item.changes, item.watched_s,
-               item.changed_s, item.simhash)  # fmt: skip
-    if item.payload or any(revisit):
+    fields: list[object] = [f[4], f[5], f[6], int(f[7]), *f[8:21]]
+    revisit, payload = f[21:29], f[29]
+    if payload or any(revisit):
         fields += revisit
-    if item.payload:
-        fields.append(base64.b64encode(item.payload).decode("ascii"))
-    rest = compact_json(fields)
-    order = row_order(item.priority, item.seq)
-    return f"{State(item.state).value}{SEP}{item.host}{SEP}{order}{SEP}{first:020d}{SEP}{rest}"
+    if payload:
+        fields.append(base64.b64encode(payload).decode("ascii"))
+    state = f[0].value if isinstance(f[0], State) else State(f[0]).value
+    order = f"{f[2] + PRIORITY_OFFSET:020d}:{f[3]:020d}"  # byte order is (priority, seq) order; row_fields checked
+    return f"{state}{SEP}{f[1]}{SEP}{order}{SEP}{first:020d}{SEP}{compact_json(fields)}"
+
+
+def pack_row(item: Item, first: int) -> str:
+    """The stored form of an item row (pack_fields of its snapshot now)."""
+    return pack_fields(row_fields(item), first)
 
 
 def unpack_row(key: str, packed: str) -> Item:

@@ -22,13 +22,15 @@ from frontier_node.store.redis.codec import (
     EXPORT_FORMAT,
     IMPORT_FORMATS,
     Keys,
+    RowFields,
     check_tag_free,
     export_item,
     import_item,
+    pack_fields,
     pack_line,
     pack_robots,
-    pack_row,
     robots_json,
+    row_fields,
     row_first,
     text,
     unpack_robots,
@@ -75,16 +77,34 @@ class AdoptedDomain:
     breaches: list[dict[str, object]] = field(default_factory=list)
 
 
-@dataclass(slots=True)
 class Batch:
-    """Buffered writes of one domain: applied by one script call, all or nothing."""
+    """Buffered writes of one domain: applied by one script call, all or nothing.
 
-    entries: list[Entry] = field(default_factory=list)
-    rows: dict[str, str] = field(default_factory=dict)
-    first: dict[str, int] = field(default_factory=dict)
-    hosts: set[str] = field(default_factory=set)
-    robots: dict[str, str] = field(default_factory=dict)
-    imax: int = -1
+    `rows` maps a key to (the seq of the line that first wrote it in this batch, its latest row snapshot): a key
+    recorded several times is packed once, at the flush. `jmax` / `imax` are the highest journal / item seq.
+    """
+
+    __slots__ = ("entries", "imax", "jmax", "robots", "rows")
+
+    def __init__(self) -> None:
+        self.entries: list[Entry] = []
+        self.rows: dict[str, tuple[int, RowFields]] = {}
+        self.robots: dict[str, str] = {}
+        self.imax = -1
+        self.jmax = -1
+
+    def add_line(self, entry: Entry) -> None:
+        self.entries.append(entry)
+        if entry.seq > self.jmax:
+            self.jmax = entry.seq
+
+    def packed_rows(self) -> list[str]:
+        """key, packed row, key, ... (the write scripts' form)."""
+        return [s for key, (first, f) in self.rows.items() for s in (key, pack_fields(f, first))]
+
+    def hosts(self) -> list[str]:
+        """The hosts of the buffered rows, sorted."""
+        return sorted({f[1] for _, f in self.rows.values()})
 
 
 class DomainHandoff:
@@ -273,8 +293,7 @@ class DomainHandoff:
         batch = Batch()
         for fields in data["items"]:
             item, first = import_item(fields)
-            batch.rows[item.key] = pack_row(item, first)
-            batch.hosts.add(item.host)
+            batch.rows[item.key] = (first, row_fields(item))
             batch.imax = max(batch.imax, item.seq)
         for origin, host, record, first in data["robots"]:
             batch.robots[origin] = pack_robots(int(first), host, robots_json(record))

@@ -87,10 +87,12 @@ return {1}
 
 # One call for a whole flush on a single Redis server (not a Cluster: the keys of many domains, built here from
 # the namespace rather than declared, live in many slots). KEYS: 1 instance marker. ARGV: 1 writer, 2 epoch,
-# 3 namespace, 4 the instance marker the writer opened with, 5 JSON array of domain batches
-# [domain, held, jmax, imax, [line, ...], [key, packed row, ...], [origin, packed record, ...], named] where `held`
-# is 1 when the writer set the domain's fence before (a missing fence then means lost data) and `named` is 1 when
-# the domain's writers set already names the writer (no SADD).
+# 3 namespace, 4 the instance marker the writer opened with, 5 the batches' strings end to end, 6 JSON array of five
+# numbers per domain: held, named, lines, rows, robots records, 7 JSON array of the strings' lengths in bytes.
+# Per domain the strings are: domain, jmax, imax, the lines, key and packed row per row, origin and packed record
+# per robots record (no JSON string escaping in Python nor decoding of every row and line here). `held` is 1 when
+# the writer set the domain's fence before (a missing fence then means lost data) and `named` is 1 when the
+# domain's writers set already names the writer (no SADD).
 # Answers {0, marker} when the marker is not the writer's (nothing written); {2, [domain, ...]} when fences the
 # writer held are gone (nothing written); else {1, [domain, owner, epoch, ...]}: the refused domains (their
 # batches not applied; every other domain's was). Per domain it applies what WRITE_LUA does, with one HMGET and
@@ -99,7 +101,25 @@ WRITE_ALL_LUA: Final = r"""
 local writer, epoch, ns = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local marker = redis.call('GET', KEYS[1])
 if marker ~= ARGV[4] then return {0, marker} end
-local batches = cjson.decode(ARGV[5])
+local blob, counts, lengths = ARGV[5], cjson.decode(ARGV[6]), cjson.decode(ARGV[7])
+local pos, at = 1, 0
+local function take(n)
+  local out = {}
+  for i = 1, n do
+    at = at + 1
+    local stop = pos + lengths[at]
+    out[i] = string.sub(blob, pos, stop - 1)
+    pos = stop
+  end
+  return out
+end
+-- batches[i]: domain, held, jmax, imax, lines, rows (key, packed row, ...), robots (origin, record, ...), named
+local batches = {}
+for i = 1, #counts, 5 do
+  local head = take(3)
+  batches[#batches + 1] = {head[1], counts[i], head[2], head[3], take(counts[i + 2]), take(2 * counts[i + 3]),
+    take(2 * counts[i + 4]), counts[i + 1]}
+end
 local refused, vanished, plan = {}, {}, {}
 for i, b in ipairs(batches) do
   local fkey = ns .. ':{d:' .. b[1] .. '}:fence'

@@ -14,9 +14,10 @@ the fence explicitly (epoch >= fence epoch, any owner).
 Flush on a single server: one round trip. One non-transactional pipeline holds the node-scoped writes (domain
 set, lookup tables, meta, orphan lines, mail), so the domain set names a domain before the domain holds data,
 then one write_all script call for every domain's batch (scripts.WRITE_ALL_LUA: the same per-domain fence rule,
-the batch JSON built once per flush). On a Cluster: the node-scoped writes in their own round trip, then one
-script call per domain in one pipeline (a script cannot span slots there). Atomic per domain either way, not
-across domains: a FencedOut names the refused domains, and every other domain's batch landed.
+every row, line and record passed as one string with their lengths, so neither side escapes or parses JSON).
+On a Cluster: the node-scoped writes in their own round trip, then one script call per domain in one pipeline
+(a script cannot span slots there). Atomic per domain either way, not across domains: a FencedOut names the
+refused domains, and every other domain's batch landed.
 A `note()` goes to the domain its key names (the node's key table, else the URL in the key); a key that is
 not a URL goes to the node's orphan lines.
 
@@ -71,16 +72,18 @@ from frontier_node.store.redis.codec import (
     after_bound,
     check_seq,
     check_tag_free,
+    compact_json,
     glob_escape,
     int_or,
     item_domain,
     json_array,
     key_pattern,
+    pack_fields,
     pack_line,
     pack_robots,
-    pack_row,
     robots_first,
     robots_json,
+    row_fields,
     row_first,
     row_state,
     text,
@@ -203,16 +206,22 @@ class RedisStore(DomainHandoff):
             self._key_dom[key] = self._new_keydom[key] = domain
 
     def record(self, entry: Entry, item: Item) -> None:
-        """Buffer one journal line and the item's row as it stands after it (the last row per key wins)."""
+        """Buffer one journal line and the item's row as it stands after it (the last row per key wins).
+
+        The row is kept as a snapshot (codec.row_fields) and packed once, at the flush. Where the key lives is
+        learned once per batch (again only if its host or origin changed in between)."""
         domain = item_domain(item)
         check_seq(entry.seq)
+        fields = row_fields(item)
         with self._lock:
-            self._learn(item.key, item.host, item.origin, domain, page=item.kind is Kind.PAGE)
             batch = self._batch(domain)
-            batch.entries.append(entry)
-            batch.rows[item.key] = pack_row(item, batch.first.setdefault(item.key, entry.seq))
-            batch.hosts.add(item.host)
-            batch.imax = max(batch.imax, item.seq)
+            buffered = batch.rows.get(item.key)
+            if buffered is None or buffered[1][1] != item.host or buffered[1][5] != item.origin:
+                self._learn(item.key, item.host, item.origin, domain, page=item.kind is Kind.PAGE)
+            batch.add_line(entry)
+            batch.rows[item.key] = (entry.seq if buffered is None else buffered[0], fields)
+            if item.seq > batch.imax:
+                batch.imax = item.seq
 
     def note(self, entry: Entry) -> None:
         """Buffer a journal line that changes no row; its domain is looked up at flush."""
@@ -380,7 +389,7 @@ class RedisStore(DomainHandoff):
             if not domain:
                 orphans.append(entry)
             else:
-                self._batch(domain).entries.append(entry)
+                self._batch(domain).add_line(entry)
         self._notes = []
         self._orphans.extend(orphans)
 
@@ -401,9 +410,7 @@ class RedisStore(DomainHandoff):
         domains = list(self._batches)
         call: tuple[list[str], list[object]] | None = None
         if domains:
-            sections = [self._section(d, self._batches[d], epoch) for d in domains]
-            blob = json.dumps(sections, ensure_ascii=False, separators=(",", ":"))
-            call = ([self._instance_key], [self.node_id, epoch, self.namespace, self.instance, blob])
+            call = ([self._instance_key], [self.node_id, epoch, self.namespace, self.instance, *self._sections(epoch)])
             pipe.execute_command("EVALSHA", self._scripts.shas["write_all"], 1, *call[0], *call[1])
         elif not node:
             return
@@ -424,16 +431,27 @@ class RedisStore(DomainHandoff):
             raise res
         self._applied(domains, epoch, res)
 
-    def _section(self, domain: str, batch: Batch, epoch: int) -> list[object]:
-        """One domain's part of a write_all call (see scripts.WRITE_ALL_LUA)."""
-        lines = [pack_line(e, epoch) for e in batch.entries]
-        jmax = max((e.seq for e in batch.entries), default=-1)
-        return [
-            domain, int(domain in self._fenced_here),
-            f"{jmax:020d}" if jmax >= 0 else "", f"{batch.imax:020d}" if batch.imax >= 0 else "",
-            lines, [s for pair in batch.rows.items() for s in pair], [s for pair in batch.robots.items() for s in pair],
-            int(domain in self._named_writer),
-        ]  # fmt: skip
+    def _sections(self, epoch: int) -> tuple[str, str, str]:
+        """Every domain's batch as write_all takes it (see scripts.WRITE_ALL_LUA): the strings end to end, their
+        lengths in bytes and five numbers per domain. No JSON string escaping on either side: that, and decoding
+        it in Lua, cost more than the rest of packing a flush."""
+        strings: list[str] = []
+        counts: list[int] = []
+        for domain, batch in self._batches.items():
+            jmax, imax = batch.jmax, batch.imax
+            strings += (domain, f"{jmax:020d}" if jmax >= 0 else "", f"{imax:020d}" if imax >= 0 else "")
+            strings += [pack_line(e, epoch) for e in batch.entries]
+            for key, (first, fields) in batch.rows.items():
+                strings += (key, pack_fields(fields, first))
+            for pair in batch.robots.items():
+                strings += pair
+            counts += (
+                int(domain in self._fenced_here), int(domain in self._named_writer), len(batch.entries),
+                len(batch.rows), len(batch.robots),
+            )  # fmt: skip
+        blob = "".join(strings)
+        lengths = list(map(len, strings)) if blob.isascii() else [len(s.encode()) for s in strings]
+        return blob, compact_json(counts), compact_json(lengths)
 
     def _applied(self, domains: list[str], epoch: int, res: Any) -> None:
         """Settle the buffers after a write_all answer: StoreLost, FencedOut for the refused domains, else done."""
@@ -515,7 +533,7 @@ class RedisStore(DomainHandoff):
         """KEYS and ARGV of one write-script call for `batch`; `lines` replaces the batch's own journal members."""
         keys = self._keys.script_keys(domain, line_writer)
         qprefix = self._keys.domain(domain, "q:")
-        keys.extend(qprefix + h for h in sorted(batch.hosts))
+        keys.extend(qprefix + h for h in batch.hosts())
         if lines is None:
             lines = [pack_line(e, epoch) for e in batch.entries]
         jmax = max((int(m[:20]) for m in lines), default=-1)
@@ -523,7 +541,7 @@ class RedisStore(DomainHandoff):
             self.node_id, epoch, qprefix, line_writer,
             f"{jmax:020d}" if jmax >= 0 else "", f"{batch.imax:020d}" if batch.imax >= 0 else "",
             json_array(lines),
-            json_array([s for pair in batch.rows.items() for s in pair]),
+            json_array(batch.packed_rows()),
             json_array([s for pair in batch.robots.items() for s in pair]),
         ]  # fmt: skip
         return keys, args
@@ -654,9 +672,9 @@ class RedisStore(DomainHandoff):
         self._guard()
         with self._lock:
             for batch in self._batches.values():
-                packed = batch.rows.get(key)
-                if packed is not None:
-                    return unpack_row(key, packed)
+                buffered = batch.rows.get(key)
+                if buffered is not None:
+                    return unpack_row(key, pack_fields(buffered[1], buffered[0]))
         domain = self._key_domain(key)
         if not domain:
             return None
