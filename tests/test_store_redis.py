@@ -16,6 +16,7 @@ from redis.cluster import RedisCluster
 from frontier_node.core.records import Link
 from frontier_node.core.states import State
 from frontier_node.store.redis import FencedOut, RedisStore
+from frontier_node.store.redis.codec import pack_row
 from frontier_node.store.redis.mail import row_link
 from tests.store_helpers import admit, make_entry, page
 
@@ -333,6 +334,26 @@ def test_a_flush_of_many_domains_on_one_server_is_one_script_call(
     assert [i.key for i in s.backlog("www.site7.org", (-(2**63), -1), 10)] == ["https://www.site7.org/"]
     assert s.counts_by_state() == {"scheduled": 40}
     assert sum(s.scheduled_counts().values()) == 40
+
+
+def test_a_flush_with_text_outside_ascii_lands_string_for_string(
+    redis_client: redis.Redis, redis_namespace: str
+) -> None:
+    """write_all frames the flush's strings by byte length: a key outside ASCII between ASCII ones lands exactly
+    as pack_row forms it, and every row, line and backlog entry reads back."""
+    s = RedisStore(redis_client, node_id="n1", epoch=1, namespace=redis_namespace)
+    items = [page("/a", "www.plain.org", 1), page("/ç/été", "www.other.de", 2), page("/z", "zz.plain.org", 3)]
+    jseq = 1
+    for it in items:
+        jseq = admit(s, jseq, it)
+    s.flush()
+    reopened = RedisStore(redis_client, node_id="n1", epoch=1, namespace=redis_namespace)
+    assert [reopened.get(it.key) for it in items] == items
+    assert [e.key for e in reopened.journal()] == [it.key for it in items for _ in range(2)]
+    assert [i.key for i in reopened.backlog("www.other.de", (-(2**63), -1), 10)] == ["https://www.other.de/ç/été"]
+    assert reopened.scheduled_counts() == {"www.plain.org": 1, "www.other.de": 1, "zz.plain.org": 1}
+    stored = redis_client.hget(f"{redis_namespace}:{{d:other.de}}:items", items[1].key)
+    assert stored is not None and stored.decode() == pack_row(items[1], 3)
 
 
 def test_primed_body_claims_answer_as_claims_one_by_one(client: Client, redis_namespace: str) -> None:
