@@ -58,6 +58,13 @@ _SPLIT = re.compile(r"(?:([A-Za-z][A-Za-z0-9+.\-]*):)?" + _REST, re.DOTALL)
 _UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 # Anything outside RFC 3986 pchar / "/" / "?" (a "%" included): such a path or query needs the slow pass.
 _NOT_CLEAN = re.compile(r"[^A-Za-z0-9\-._~!$&'()*+,;=:@/?]")
+# An absolute http(s) reference whose general passes would leave it as written (see _canonical_identity): no
+# whitespace or backslash, a plain authority, a path and query of clean characters, a printable fragment. Groups:
+# scheme, authority, path, query, fragment. A "?" with nothing after it is left to the general path.
+_CANONICAL = re.compile(
+    r"([Hh][Tt][Tt][Pp][Ss]?)://([A-Za-z0-9_\-.:]+)(/[A-Za-z0-9\-._~!$&'()*+,;=:@/]*)?"
+    r"(?:\?([A-Za-z0-9\-._~!$&'()*+,;=:@/?]+))?(?:#([!-\[\]-~]*))?"
+)
 _PCT_OR_NOT_CLEAN = re.compile(r"%[0-9A-Fa-f]{2}|[^A-Za-z0-9\-._~!$&'()*+,;=:@/?]")
 # "%7e" -> "~" (unreserved is decoded), "%2f" -> "%2F" (anything else keeps its escape, upper-cased).
 _PCT_TRIPLET: dict[str, str] = {f"%{i:02X}": (chr(i) if chr(i) in _UNRESERVED else f"%{i:02X}") for i in range(256)}
@@ -638,6 +645,45 @@ def identify(
 
     `scope`, when given, is asked last; False rejects the link as OUT_OF_SCOPE.
     """
+    identity = _canonical_identity(observed, policy, max_length, schemes)
+    if identity is None:
+        identity = _identify_general(observed, base, policy, max_length, schemes)
+    if scope is not None and not scope(identity):
+        raise UrlRejected(RejectReason.OUT_OF_SCOPE, observed, "outside the crawl scope")
+    return identity
+
+
+def _canonical_identity(
+    observed: str, policy: QueryPolicy, max_length: int, schemes: frozenset[str]
+) -> UrlIdentity | None:
+    """The identity of a common absolute http(s) link without the general passes, or None (then they run).
+
+    One regular expression proves that cleaning, resolution and the escape and dot-segment passes would change
+    nothing; what remains (the cached authority, the query policy, the key) is the general path's own code, so
+    the result is the same identity.
+    """
+    m = _CANONICAL.fullmatch(observed)
+    if m is None:
+        return None
+    scheme, authority, path, query, fragment = m.groups()
+    scheme = scheme.lower()
+    if scheme not in schemes or (path and "/." in path):
+        return None
+    auth = _authority(scheme, authority)
+    if auth.reason is not None:
+        return None
+    if query:
+        query = policy.filter_query(query)
+    key = f"{auth.origin}{path or '/'}?{query}" if query else f"{auth.origin}{path or '/'}"
+    if len(key) > max_length:
+        return None
+    return _make_identity(observed, observed, key, scheme, auth, fragment or "")
+
+
+def _identify_general(
+    observed: str, base: str, policy: QueryPolicy, max_length: int, schemes: frozenset[str]
+) -> UrlIdentity:
+    """identify() for any reference: the full normaliser (the fast path must agree with it)."""
     ref = _clean(observed, observed)
     m = _SPLIT.match(ref)
     assert m is not None
@@ -685,10 +731,7 @@ def identify(
     key = f"{auth.origin}{path or '/'}?{query}" if query else f"{auth.origin}{path or '/'}"
     if len(key) > max_length:
         raise UrlRejected(RejectReason.TOO_LONG, observed, f"{len(key)} characters > {max_length}")
-    identity = _make_identity(observed, resolved, key, scheme, auth, fragment or "")
-    if scope is not None and not scope(identity):
-        raise UrlRejected(RejectReason.OUT_OF_SCOPE, observed, "outside the crawl scope")
-    return identity
+    return _make_identity(observed, resolved, key, scheme, auth, fragment or "")
 
 
 def normalize(url: str, policy: QueryPolicy = DEFAULT_QUERY_POLICY) -> str:

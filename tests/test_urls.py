@@ -718,3 +718,46 @@ def test_reference_keys_of_a_page_are_each_links_reference_key(refs: list[str], 
     from hostring.urls import reference_key, reference_keys
 
     assert reference_keys(refs, base) == [reference_key(r, base) for r in refs]
+
+
+# ---------------------------------------------------------------- the canonical fast path agrees with the normaliser
+
+_NEAR_CANONICAL = st.builds(
+    "{}://{}{}{}{}{}".format,
+    st.sampled_from(["http", "https", "HTTP", "Https", "ftp", "http:", "htt"]),
+    st.sampled_from(["site1.com", "SITE1.COM", "a_b.example", "127.1", "0x7f.0.0.1", "xn--bcher-kva.example",
+                     "a..b", "a.com.", "", "-x.org", "a.com:80", "a.com:0443", "a.com:", "a.com:99999", "u@a.com"]),
+    st.lists(st.sampled_from(["a", "b.c", ".", "..", ".x", "%7e", "%2F", "%", "~!$&'()*+,;=:@-_", ""]), max_size=4)
+    .map(lambda segments: "".join("/" + s for s in segments)),
+    st.sampled_from(["", "?", "?a=1", "?utm_source=x", "?a=1&gclid=2&b", "?x=%2f", "?q=a b", "??x"]),
+    st.sampled_from(["", "#", "#sec-2", "#a#b", "#x y", "#\\", "#é"]),
+    st.sampled_from(["", " ", "\t", "\\x"]),
+)  # fmt: skip
+
+
+@settings(max_examples=500, deadline=None)
+@given(url=_NEAR_CANONICAL, max_length=st.sampled_from([2048, 24]))
+def test_canonical_fast_path_gives_the_full_normalisers_answer(url: str, max_length: int) -> None:
+    """identify()'s fast path for links already in canonical form answers exactly what the general path answers."""
+    from hostring.urls import WEB_SCHEMES, _identify_general
+
+    try:
+        expected = _identify_general(url, "", DEFAULT_QUERY_POLICY, max_length, WEB_SCHEMES)
+    except UrlRejected as e:
+        with pytest.raises(UrlRejected) as got:
+            identify(url, max_length=max_length)
+        assert got.value.reason == e.reason
+        return
+    assert identify(url, max_length=max_length) == expected
+
+
+def test_canonical_fast_path_takes_the_common_links() -> None:
+    """The plain spellings of a crawl's links (upper case, default port, tracking query, fragment) take it."""
+    from hostring.urls import _canonical_identity
+
+    for url in ["http://site1.com/p/1", "HTTP://SITE1.COM/p/1", "http://site1.com:80/p/1",
+                "http://site1.com/p/1?utm_source=x", "https://a.example/x?q=1#top", "http://a.example"]:  # fmt: skip
+        fast = _canonical_identity(url, DEFAULT_QUERY_POLICY, 2048, frozenset({"http", "https"}))
+        assert fast is not None and fast == identify(url)
+    for url in ["http://a.example/./x", "http://a.example/%7e", "http://a.example/p?", " http://a.example/"]:
+        assert _canonical_identity(url, DEFAULT_QUERY_POLICY, 2048, frozenset({"http", "https"})) is None
