@@ -205,7 +205,8 @@ class FrontierService:
         except validate.Refused as e:
             await _abort(context, e.code, e.reason)
         await self._reply_room(request, len(request.completions), context)
-        good = [c for i, c in enumerate(request.completions) if i not in refused]
+        # Nothing refused (the common case): the repeated field itself, no copy of the list.
+        good = [c for i, c in enumerate(request.completions) if i not in refused] if refused else request.completions
         want = (request.worker_id, request.lease_max_items) if request.lease_max_items else None
         # A batch that may wait for its leases parks a Lease queued right behind the completions: both run in the
         # same core batch (one wake-up), and the Lease, served after the completions, sees the hosts they released.
@@ -221,11 +222,13 @@ class FrontierService:
             if parked is not None:
                 parked.cancel()
             raise
-        settled = iter(done)
-        answers = [
-            Settled(reason=f"{refused[i].code.name.lower()}: {refused[i].reason}") if i in refused else next(settled)
-            for i in range(len(request.completions))
-        ]
+        answers = done
+        if refused:
+            settled = iter(done)
+            answers = [
+                Settled(reason=f"{refused[i].code.name.lower()}: {refused[i].reason}") if i in refused else next(settled)
+                for i in range(len(request.completions))
+            ]
         if sum(len(s.forward) for s in answers) > _BUILD_ON_LOOP:
             resp = await asyncio.to_thread(_batch_response, answers)
         else:

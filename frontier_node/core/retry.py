@@ -45,7 +45,24 @@ OVERLOAD_STATUSES = frozenset({429, 503})
 
 
 def classify(status: int, error_class: str) -> Disposition:
-    """The classification rule: transport errors and overload statuses retry; other errors fail; responses are done."""
+    """The classification rule: transport errors and overload statuses retry; other errors fail; responses are done.
+
+    Remembered per (status, error_class): a completion asks up to three times, and few pairs ever occur.
+    """
+    key = (status, error_class)
+    known = _CLASSIFIED.get(key)
+    if known is None:
+        known = _classify(status, error_class)
+        if len(_CLASSIFIED) < _CLASSIFIED_MAX:
+            _CLASSIFIED[key] = known
+    return known
+
+
+_CLASSIFIED: dict[tuple[int, str], Disposition] = {}
+_CLASSIFIED_MAX = 4_096  # error classes are worker-given text: the memo stays bounded whatever they send
+
+
+def _classify(status: int, error_class: str) -> Disposition:
     if error_class:
         if error_class in RETRYABLE_ERRORS:
             return Disposition(Action.RETRY, error_class)
