@@ -222,13 +222,7 @@ class FrontierService:
             if parked is not None:
                 parked.cancel()
             raise
-        answers = done
-        if refused:
-            settled = iter(done)
-            answers = [
-                Settled(reason=f"{refused[i].code.name.lower()}: {refused[i].reason}") if i in refused else next(settled)
-                for i in range(len(request.completions))
-            ]
+        answers = done if not refused else _with_refused(done, refused, len(request.completions))
         if sum(len(s.forward) for s in answers) > _BUILD_ON_LOOP:
             resp = await asyncio.to_thread(_batch_response, answers)
         else:
@@ -533,6 +527,15 @@ def _discover_response(verdicts: list[LinkVerdict], fenced: set[str], epoch: int
     return resp
 
 
+def _with_refused(done: list[Settled], refused: dict[int, validate.Refused], total: int) -> list[Settled]:
+    """Every completion's answer in request order: the refused ones name why, the others are `done`, in order."""
+    settled = iter(done)
+    return [
+        Settled(reason=f"{refused[i].code.name.lower()}: {refused[i].reason}") if i in refused else next(settled)
+        for i in range(total)
+    ]
+
+
 def _batch_response(settled: list[Settled]) -> pb.CompleteBatchResponse:
     return pb.CompleteBatchResponse(results=[_complete_response(s) for s in settled])
 
@@ -546,7 +549,8 @@ def _complete_response(s: Settled) -> pb.CompleteResponse:
         admitted=s.admitted,
         wrong_owner=s.wrong_owner,
     )
-    resp.forward.extend(link for link in s.forward if isinstance(link, pb.Link))
+    if s.forward:
+        resp.forward.extend(link for link in s.forward if isinstance(link, pb.Link))
     return resp
 
 
@@ -583,23 +587,31 @@ def _revisit_fields(request: pb.SetHostPolicyRequest) -> dict[str, Any]:
 
 
 def _lease_item(item: Item) -> pb.LeaseItem:
-    return pb.LeaseItem(
+    """The wire form of a leased item. Fields that are empty for a first fetch are set only when they hold
+    something: a keyword argument costs as much set to its default (about 0.7 us of 1.8 per item)."""
+    msg = pb.LeaseItem(
         lease_id=item.key,
         generation=item.generation,
         deadline_ms=int(item.deadline * 1000),
         fetch_key=item.key,
         url=item.url,
         kind=pb.ROBOTS if item.kind is Kind.ROBOTS else pb.PAGE,
-        etag=item.etag,
-        last_modified=item.last_modified,
         depth=item.depth,
         attempt=item.attempt,
         host=item.host,
         redirect_hops=item.redirect_hops,
         domain=item.domain,
-        payload=item.payload,
-        revisit=item.checked_at > 0,
-        refers_to=item.evidence if item.checked_at > 0 else "",
-        stored_digest=item.digest if item.checked_at > 0 else "",
-        stored_at_ms=int(item.stored_at * 1000),
     )
+    if item.etag:
+        msg.etag = item.etag
+    if item.last_modified:
+        msg.last_modified = item.last_modified
+    if item.payload:
+        msg.payload = item.payload
+    if item.checked_at > 0:
+        msg.revisit = True
+        msg.refers_to = item.evidence
+        msg.stored_digest = item.digest
+    if item.stored_at:
+        msg.stored_at_ms = int(item.stored_at * 1000)
+    return msg

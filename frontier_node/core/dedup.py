@@ -82,10 +82,15 @@ class SeenSet:
     def _grow(self) -> None:
         old = self._slots
         self._resize(int(self._size * self._GROWTH) + 1)
-        self._count = 0
-        for v in old:
+        slots, size = self._slots, self._size
+        for v in old:  # each to the slot add() would give it, without a call per key: keys are distinct here
             if v:
-                self.add(v)
+                i = (v * size) >> 64
+                while slots[i]:
+                    i += 1
+                    if i == size:
+                        i = 0
+                slots[i] = v
 
 
 class FingerprintMap:
@@ -137,10 +142,16 @@ class FingerprintMap:
     def _grow(self) -> None:
         old_keys, old_values = self._keys, self._values
         self._resize(int(self._size * self._GROWTH) + 1)
-        self._count = 0
-        for k, v in zip(old_keys, old_values, strict=True):
+        keys, values, size = self._keys, self._values, self._size
+        for k, v in zip(old_keys, old_values, strict=True):  # as SeenSet._grow: the slot setdefault() would give
             if k:
-                self.setdefault(k, v)
+                i = (k * size) >> 64
+                while keys[i]:
+                    i += 1
+                    if i == size:
+                        i = 0
+                keys[i] = k
+                values[i] = v
 
 
 def body_name(key_fingerprint: int) -> str:

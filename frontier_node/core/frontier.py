@@ -109,6 +109,7 @@ class Frontier(RobotsItems, Handback, RevisitItems):
         self._identities: dict[object, tuple[UrlIdentity, int]] = {}
         self._admission_window = max(1, min(config.window, config.admission_window))
         self._read_ahead: dict[str, list[Item]] = {}  # host -> its queued rows, read before a drain (_read_backlogs)
+        self._max_url_length = config.budgets.max_url_length
         self._init_revisits()
         self._recover(rows=recover)
 
@@ -154,6 +155,8 @@ class Frontier(RobotsItems, Handback, RevisitItems):
         append = out.append
         seen, verdicts, owns, budgets = self._seen, self._verdicts, self._owns, self._budgets
         abandoned = self._abandoned
+        # Per batch, not per link: whether a link can be refused outright at all (scope or redirect hops).
+        open_scope, max_hops = self._config.scope == "all", self._config.max_redirect_hops
         for link in links:
             if len(link.payload) > MAX_LINK_PAYLOAD_BYTES:
                 verdicts[("rejected", "payload_too_large")] += 1
@@ -176,7 +179,8 @@ class Frontier(RobotsItems, Handback, RevisitItems):
                 continue
             if link.seed and self._config.scope in ("host", "domain"):
                 self._widen_scope(ident.host, domain)
-            reason = self._refusal(ident.host, domain, link.redirect_hops)
+            hops = link.redirect_hops
+            reason = "" if open_scope and hops <= max_hops else self._refusal(ident.host, domain, hops)
             if reason:
                 seen.add(h)
                 self._reject(ident, link, reason)
@@ -225,7 +229,7 @@ class Frontier(RobotsItems, Handback, RevisitItems):
         cache = self._identities
         hit = cache.get(ck)
         if hit is None:
-            ident = identify(observed, base, max_length=self._config.budgets.max_url_length)
+            ident = identify(observed, base, max_length=self._max_url_length)
             if len(cache) >= _CACHE_LIMIT:
                 cache.clear()
             hit = cache[ck] = (ident, key_hash(ident.fetch_key))

@@ -122,7 +122,10 @@ class Host:
     def delay(self, policy: PolitenessConfig) -> float:
         """Seconds between the end of one request and the start of the next."""
         base = self.min_delay_s if self.min_delay_s >= 0 else policy.min_delay_s
-        crawl_delay = max((r.crawl_delay or 0.0 for r in self.robots.values()), default=0.0)
+        crawl_delay = 0.0
+        for record in self.robots.values():  # a loop, not max() over a generator: this runs twice per fetch
+            if record.crawl_delay and record.crawl_delay > crawl_delay:
+                crawl_delay = record.crawl_delay
         slow = self.latency_s >= policy.slow_response_s or self.backoff > 1.0
         rest = policy.response_factor * self.latency_s if slow else 0.0
         d = max(base, min(crawl_delay, policy.crawl_delay_cap_s), rest)
