@@ -167,7 +167,7 @@ class FrontierService:
             drained=leased.drained,
             next_ready_ms=min(int(nxt * 1000), _MAX_NEXT_READY_MS) if nxt is not None else 0,
         )
-        resp.items.extend(_lease_item(item) for item in leased.items)
+        _add_lease_items(resp.items, leased.items)
         return resp
 
     async def Renew(self, request: pb.RenewRequest, context: Context) -> pb.RenewResponse:
@@ -231,7 +231,7 @@ class FrontierService:
         if parked is not None:
             with contextlib.suppress(NodeUnavailable):  # the completions are committed: answer them, without leases
                 leased = (await parked).items
-        resp.leases.extend(_lease_item(item) for item in leased)
+        _add_lease_items(resp.leases, leased)
         return resp
 
     async def CompleteStream(
@@ -537,18 +537,25 @@ def _with_refused(done: list[Settled], refused: dict[int, validate.Refused], tot
 
 
 def _batch_response(settled: list[Settled]) -> pb.CompleteBatchResponse:
-    return pb.CompleteBatchResponse(results=[_complete_response(s) for s in settled])
+    """The answers built in place in the reply (a message built apart is copied again when it joins a list)."""
+    resp = pb.CompleteBatchResponse()
+    add = resp.results.add
+    for s in settled:
+        _fill_complete_response(add(), s)
+    return resp
 
 
 def _complete_response(s: Settled) -> pb.CompleteResponse:
-    resp = pb.CompleteResponse(
-        accepted=s.accepted,
-        state=s.state,
-        follow_links=s.follow_links,
-        reason=s.reason,
-        admitted=s.admitted,
-        wrong_owner=s.wrong_owner,
-    )
+    return _fill_complete_response(pb.CompleteResponse(), s)
+
+
+def _fill_complete_response(resp: pb.CompleteResponse, s: Settled) -> pb.CompleteResponse:
+    resp.accepted = s.accepted
+    resp.state = s.state
+    resp.follow_links = s.follow_links
+    resp.reason = s.reason
+    resp.admitted = s.admitted
+    resp.wrong_owner = s.wrong_owner
     if s.forward:
         resp.forward.extend(link for link in s.forward if isinstance(link, pb.Link))
     return resp
@@ -586,32 +593,34 @@ def _revisit_fields(request: pb.SetHostPolicyRequest) -> dict[str, Any]:
     return {k: v for k, v in given.items() if v is not None}
 
 
-def _lease_item(item: Item) -> pb.LeaseItem:
-    """The wire form of a leased item. Fields that are empty for a first fetch are set only when they hold
-    something: a keyword argument costs as much set to its default (about 0.7 us of 1.8 per item)."""
-    msg = pb.LeaseItem(
-        lease_id=item.key,
-        generation=item.generation,
-        deadline_ms=int(item.deadline * 1000),
-        fetch_key=item.key,
-        url=item.url,
-        kind=pb.ROBOTS if item.kind is Kind.ROBOTS else pb.PAGE,
-        depth=item.depth,
-        attempt=item.attempt,
-        host=item.host,
-        redirect_hops=item.redirect_hops,
-        domain=item.domain,
-    )
-    if item.etag:
-        msg.etag = item.etag
-    if item.last_modified:
-        msg.last_modified = item.last_modified
-    if item.payload:
-        msg.payload = item.payload
-    if item.checked_at > 0:
-        msg.revisit = True
-        msg.refers_to = item.evidence
-        msg.stored_digest = item.digest
-    if item.stored_at:
-        msg.stored_at_ms = int(item.stored_at * 1000)
-    return msg
+def _add_lease_items(field: Any, items: Iterable[Item]) -> None:
+    """Append the wire form of each leased item to a repeated LeaseItem field, built in place: a message built apart
+    is copied again by extend(), and keyword arguments set to their defaults cost as much as any, so fields that are
+    empty for a first fetch are set only when they hold something (about 0.9 us per item instead of 1.8)."""
+    add = field.add
+    for item in items:
+        msg = add(
+            lease_id=item.key,
+            generation=item.generation,
+            deadline_ms=int(item.deadline * 1000),
+            fetch_key=item.key,
+            url=item.url,
+            kind=pb.ROBOTS if item.kind is Kind.ROBOTS else pb.PAGE,
+            depth=item.depth,
+            attempt=item.attempt,
+            host=item.host,
+            redirect_hops=item.redirect_hops,
+            domain=item.domain,
+        )
+        if item.etag:
+            msg.etag = item.etag
+        if item.last_modified:
+            msg.last_modified = item.last_modified
+        if item.payload:
+            msg.payload = item.payload
+        if item.checked_at > 0:
+            msg.revisit = True
+            msg.refers_to = item.evidence
+            msg.stored_digest = item.digest
+        if item.stored_at:
+            msg.stored_at_ms = int(item.stored_at * 1000)
