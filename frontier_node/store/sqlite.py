@@ -276,7 +276,7 @@ class SqliteStore:
         row = _item_row(item)
         _check_entry(entry)
         with self._lock:
-            self._journal.append(entry)  # an Entry is a tuple already: sqlite3 binds it as it is
+            self._journal.append(tuple(entry))  # a plain tuple: sqlite3 binds it faster than a NamedTuple
             self._rows[item.key] = row
             keys = self._host_keys.get(item.host)
             if keys is None:
@@ -290,7 +290,7 @@ class SqliteStore:
         """Buffer a journal line that changes no row."""
         _check_entry(entry)
         with self._lock:
-            self._journal.append(entry)
+            self._journal.append(tuple(entry))
             if self.batch_rows > 0 and len(self._journal) + len(self._rows) >= self.batch_rows:
                 self._flush_locked()
 
