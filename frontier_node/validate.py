@@ -13,10 +13,11 @@ comes from a crawled server, so an over-long one is answered per link (REJECTED 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import grpc
@@ -168,13 +169,15 @@ _REAL = frozenset({_T.TYPE_DOUBLE, _T.TYPE_FLOAT})
 
 @dataclass(frozen=True, slots=True)
 class _Check:
-    """One field of one message, its rule and, for a message field, the plan of the nested message."""
+    """One field of one message, its rule and, for a message field, the plan of the nested message; `apply`
+    checks a value of the field (raising Refused with no field path), made once per plan by _applier."""
 
     name: str
     type: int
     repeated: bool
     rule: Rule | None
     nested: tuple[_Check, ...] = ()
+    apply: Callable[[Any], None] = field(default=lambda value: None, compare=False, repr=False)
 
 
 def _plan(descriptor: Any) -> tuple[_Check, ...]:
@@ -187,8 +190,60 @@ def _plan(descriptor: Any) -> tuple[_Check, ...]:
         if rule is not None and rule.per_link:
             continue  # answered per link by the kernel, nothing to refuse here
         if rule is not None or nested:
-            out.append(_Check(f.name, f.type, f.is_repeated, rule, nested))
+            check = _Check(f.name, f.type, f.is_repeated, rule, nested)
+            out.append(dataclasses.replace(check, apply=_applier(check)))
     return tuple(out)
+
+
+def _applier(c: _Check) -> Callable[[Any], None]:
+    """The check of one field's value as a closure over its rule: the common passing value returns after a test
+    or two; anything else goes through the general functions, which raise what they always raised."""
+    rule, nested = c.rule, c.nested
+    if c.repeated:
+        cap = rule.cap if rule is not None else None
+
+        def repeated(value: Any) -> None:
+            if cap is not None and len(value) > cap:
+                raise _too_large(len(value), cap, "entries")
+            if nested:
+                _each(value, nested)
+
+        return repeated
+    if nested:
+        return lambda value: _check(value, nested)
+    if rule is None:
+        return lambda value: None
+    if c.type == _TEXT:
+        text_rule, required = rule, rule.required
+        plain = not (rule.token or rule.printable)
+        cap_or_none = rule.cap
+
+        def text(value: str) -> None:
+            if not value:  # most text fields of a request are unset
+                if required:
+                    _text(value, text_rule)
+                return
+            if plain and (cap_or_none is None or len(value) <= cap_or_none):
+                return
+            _text(value, text_rule)
+
+        return text
+    if c.type == _BYTES:
+        bytes_cap = rule.cap
+
+        def blob(value: bytes) -> None:
+            if bytes_cap is not None and len(value) > bytes_cap:
+                raise _too_large(len(value), bytes_cap, "bytes")
+
+        return blob
+    number_rule, real, lo, hi = rule, c.type in _REAL, rule.lo, rule.hi
+
+    def number(value: float) -> None:
+        if (lo is None or value >= lo) and (hi is None or value <= hi) and (not real or math.isfinite(value)):
+            return
+        _number(value, number_rule, real=real)
+
+    return number
 
 
 _PLANS: Final[dict[str, tuple[_Check, ...]]] = {}
@@ -260,25 +315,8 @@ def _batch_caps(request: pb.CompleteBatchRequest) -> None:
 
 def _check(msg: Any, plan: tuple[_Check, ...]) -> None:
     for c in plan:
-        value = getattr(msg, c.name)
-        rule = c.rule
         try:
-            if c.repeated:
-                if rule is not None and rule.cap is not None and len(value) > rule.cap:
-                    raise _too_large(len(value), rule.cap, "entries")
-                if c.nested:
-                    _each(value, c.nested)
-            elif c.nested:
-                _check(value, c.nested)
-            elif rule is None:
-                continue
-            elif c.type == _TEXT:
-                _text(value, rule)
-            elif c.type == _BYTES:
-                if rule.cap is not None and len(value) > rule.cap:
-                    raise _too_large(len(value), rule.cap, "bytes")
-            else:
-                _number(value, rule, real=c.type in _REAL)
+            c.apply(getattr(msg, c.name))
         except Refused as e:
             raise e.within(c.name) from None
 
