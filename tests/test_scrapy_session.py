@@ -93,8 +93,8 @@ async def _crawl(address: str) -> tuple[list[str], int]:
 
 def test_leases_ride_back_with_completions(node: Served) -> None:
     """24 pages on 3 hosts with a 50 ms delay: every page (and each host's robots.txt) is fetched exactly once,
-    never two at once on a host, and the session needs about one call per item: the completions' calls bring the
-    next leases back, so standalone Leases are few (without this, one per item)."""
+    never two at once on a host, and the session needs at most one call per item: the completions' calls bring the
+    next leases back, so standalone Leases are few (without this, a Lease and a completion per item)."""
     fetched, most = asyncio.run(_crawl(node.address))
     pages = sorted(u for u in fetched if not u.endswith("/robots.txt"))
     assert pages == sorted(link.observed for link in seeds(PAGES, HOSTS))
@@ -102,5 +102,5 @@ def test_leases_ride_back_with_completions(node: Served) -> None:
     assert most == 1
     calls = node.service.calls  # type: ignore[attr-defined]
     items = PAGES + HOSTS
-    assert calls["CompleteBatch"] <= items
-    assert calls["Lease"] < items / 3, calls
+    assert calls["Lease"] + calls["CompleteBatch"] <= items, calls
+    assert calls["Lease"] <= items // 2, calls
