@@ -98,6 +98,15 @@ def lease_pages(node: Node, want: int) -> list[pb.LeaseItem]:
     return pages
 
 
+def seed_past_robots(stub: pb_grpc.FrontierStub, page: str) -> None:
+    """Seed one page and settle its origin's robots.txt 404 (allow all): the page is the next item of its host."""
+    stub.Discover(pb.DiscoverRequest(links=[pb.Link(observed=page, seed=True)]), timeout=RPC_S)
+    robots = stub.Lease(pb.LeaseRequest(worker_id="setup", max_items=5), timeout=RPC_S).items
+    done = pb.CompleteRequest(lease_id=robots[0].lease_id, generation=robots[0].generation,
+                              outcome=pb.Outcome(status=404, retry_after_s=-1))  # fmt: skip
+    stub.Complete(done, timeout=RPC_S)
+
+
 def complete(
     node: Node, item: pb.LeaseItem, outcome: pb.Outcome, *, timeout: float = RPC_S, **kw: Any
 ) -> pb.CompleteResponse:

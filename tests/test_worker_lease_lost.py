@@ -42,7 +42,7 @@ from hostring_testing import Hit, Site
 from hostring_testing.cluster import wait_for
 from hostring_testing.pages import html_page
 from hostring_testing.server import CountingWeb
-from tests.test_node_shell import RPC_S, Served
+from tests.test_node_shell import RPC_S, Served, seed_past_robots
 
 pytestmark = [pytest.mark.timeout(90)]
 
@@ -75,11 +75,7 @@ def test_a_fetch_whose_lease_is_gone_is_cut_off_unreported_and_unarchived(web: C
     try:
         with grpc.insecure_channel(served.address, options=grpc_options()) as channel:
             stub = pb_grpc.FrontierStub(channel)  # type: ignore[no-untyped-call]
-            stub.Discover(pb.DiscoverRequest(links=[pb.Link(observed=page, seed=True)]), timeout=RPC_S)
-            robots = stub.Lease(pb.LeaseRequest(worker_id="setup", max_items=5), timeout=RPC_S).items
-            done = pb.CompleteRequest(lease_id=robots[0].lease_id, generation=robots[0].generation,
-                                      outcome=pb.Outcome(status=404, retry_after_s=-1))  # fmt: skip
-            stub.Complete(done, timeout=RPC_S)
+            seed_past_robots(stub, page)
 
             async def scenario() -> Worker:
                 warc = WarcWriter(tmp_path / "warc", prefix="lost")

@@ -30,7 +30,7 @@ from hostring.v1 import frontier_pb2_grpc as pb_grpc
 from hostring_testing import LocalWeb, Site
 from hostring_testing.crawls import politeness_violations
 from hostring_testing.pages import html_page
-from tests.test_node_shell import RPC_S, Served, seeds
+from tests.test_node_shell import RPC_S, Served, seed_past_robots, seeds
 
 pytestmark = [pytest.mark.timeout(90)]
 
@@ -130,11 +130,7 @@ def test_a_lease_that_ends_before_its_fetch_could_start_is_handed_back_unfetched
     try:
         with grpc.insecure_channel(served.address, options=grpc_options()) as channel:
             stub = pb_grpc.FrontierStub(channel)  # type: ignore[no-untyped-call]
-            stub.Discover(pb.DiscoverRequest(links=[pb.Link(observed=page, seed=True)]), timeout=RPC_S)
-            robots = stub.Lease(pb.LeaseRequest(worker_id="setup", max_items=5), timeout=RPC_S).items
-            done = pb.CompleteRequest(lease_id=robots[0].lease_id, generation=robots[0].generation,
-                                      outcome=pb.Outcome(status=404, retry_after_s=-1))  # fmt: skip
-            stub.Complete(done, timeout=RPC_S)
+            seed_past_robots(stub, page)
 
             async def scenario() -> Worker:
                 worker = Worker(StaticRouter(served.address), Fetcher(NetworkPolicy(["127.0.0.0/8"]), UA))
