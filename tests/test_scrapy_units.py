@@ -246,6 +246,8 @@ def test_settings_need_exactly_one_of_nodes_and_coordinator() -> None:
         ({"HOSTRING_WHEN_DRAINED": "sometimes"}, "HOSTRING_WHEN_DRAINED"),
         ({"HOSTRING_MAX_LEASED": 0}, "HOSTRING_MAX_LEASED"),
         ({"HOSTRING_DRAIN_GRACE_S": -1}, "HOSTRING_DRAIN_GRACE_S"),
+        ({"HOSTRING_LEASE_WAIT_S": 0}, "HOSTRING_LEASE_WAIT_S must be above 0"),
+        ({"HOSTRING_LEASE_WAIT_S": 31}, "at most 30 .a node's cap"),
         ({"HOSTRING_TLS_KEY": __file__}, "HOSTRING_TLS_.*go together"),
         ({"HOSTRING_TLS_CA": "/no/such/ca.pem"}, "cannot read TLS CA"),
     ],

@@ -10,6 +10,7 @@ from typing import Literal
 
 from scrapy.settings import BaseSettings
 
+from hostring.limits import MAX_WAIT_MS
 from hostring.security import INSECURE, SecurityConfigError, TlsConfig
 
 log = logging.getLogger("hostring.scrapy")
@@ -38,7 +39,8 @@ class PluginConfig:
     drain_grace_s: float = 2.0
     """HOSTRING_DRAIN_GRACE_S: how long every node must stay drained before "close" ends the spider."""
     lease_wait_s: float = 1.0
-    """HOSTRING_LEASE_WAIT_S: how long one Lease call waits on the node for an item to become ready."""
+    """HOSTRING_LEASE_WAIT_S: how long a Lease, or a completion asking for leases, waits on the node for an item to
+    become ready (above 0, at most 30 s: the node's cap)."""
     simhash: bool = True
     """HOSTRING_SIMHASH: report the simhash of 2xx text bodies (near-duplicate detection) with each completion."""
     connect_timeout_s: float = 30.0
@@ -85,6 +87,11 @@ class PluginConfig:
         for name, value in numbers.items():
             if not value >= 0:
                 raise HostringConfigError(f"{name} must be >= 0, not {value}")
+        wait = numbers["HOSTRING_LEASE_WAIT_S"]
+        if not 0 < wait <= MAX_WAIT_MS / 1000:  # 0 would poll without pause; a node refuses a longer wait
+            raise HostringConfigError(
+                f"HOSTRING_LEASE_WAIT_S must be above 0 and at most {MAX_WAIT_MS / 1000:g} (a node's cap), not {wait}"
+            )
         worker_id = str(settings.get("HOSTRING_WORKER_ID") or "")
         return cls(
             nodes=nodes,
