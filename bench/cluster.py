@@ -59,7 +59,7 @@ from typing import Any
 import grpc
 import redis
 
-from bench.node import NodeProcess, cpu_seconds, machine
+from bench.node import NodeProcess, cpu_seconds, machine, machine_line
 from frontier_node.store.redis import RedisStore
 from hostring.limits import grpc_options
 from hostring.ring import Ring
@@ -592,11 +592,8 @@ def _phase_line(name: str, what: str, rate: float, p: dict[str, float], cpu: dic
 
 def table(f: dict[str, Any]) -> str:
     m, w = f["machine"], f["workload"]
-    load = ", ".join(f"{x:.1f}" for x in m["loadavg_start"])
     lines = [
-        f"machine: {m['cores']} cores ({m['cores_usable']} usable), {m['cpu_model']}, "
-        f"{m['ram_bytes'] / 2**30:.1f} GiB, {m['python_implementation']} {m['python']}, grpcio {m['grpcio']}, "
-        f"{m['platform']}; load average {load} at the start, {m['loadavg_end'][0]:.1f} at the end",
+        machine_line(m, sqlite=False),
         f"  {m['note']}: figures for more nodes show how they divide the same cores",
         f"workload: {w['url_shape']}",
         f"  nodes: {w['nodes']}; coordinator: {w['coordinator']}",

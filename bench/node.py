@@ -163,6 +163,17 @@ QUICK_PEER = PeerWorkload(hosts=50, links=3_000)
 # ====================================================================== machine and workload
 
 
+def machine_line(m: dict[str, Any], *, sqlite: bool) -> str:
+    """The machine as one line of a bench's table (`machine()`'s figures, the SQLite version when it matters)."""
+    load = ", ".join(f"{x:.1f}" for x in m["loadavg_start"])
+    return (
+        f"machine: {m['cores']} cores ({m['cores_usable']} usable), {m['cpu_model']}, "
+        f"{m['ram_bytes'] / 2**30:.1f} GiB, {m['python_implementation']} {m['python']}, grpcio {m['grpcio']}, "
+        + (f"SQLite {m['sqlite']}, " if sqlite else "")
+        + f"{m['platform']}; load average {load} at the start, {m['loadavg_end'][0]:.1f} at the end"
+    )
+
+
 def machine() -> dict[str, Any]:
     """Cores, CPU model, RAM, Python and library versions of this machine."""
     model = ""
@@ -770,12 +781,8 @@ def _num(value: float) -> str:
 def table(f: dict[str, Any]) -> str:
     """The figures as a readable table, machine and workload first."""
     m, w = f["machine"], f["workload"]
-    load = ", ".join(f"{x:.1f}" for x in m["loadavg_start"])
     lines = [
-        f"machine: {m['cores']} cores ({m['cores_usable']} usable), {m['cpu_model']}, "
-        f"{m['ram_bytes'] / 2**30:.1f} GiB, {m['python_implementation']} {m['python']}, grpcio {m['grpcio']}, "
-        f"SQLite {m['sqlite']}, {m['platform']}; load average {load} at the start, "
-        f"{m['loadavg_end'][0]:.1f} at the end",
+        machine_line(m, sqlite=True),
         f"workload: {w['links']:,} links in batches of {w['batch']} over {w['hosts']:,} hosts "
         f"({w['unique_urls']:,} distinct, {w['duplicates']:,} duplicates; {w['duplicate_spellings']})",
         f"  node: {w['node']}",
