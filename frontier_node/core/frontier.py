@@ -492,7 +492,7 @@ class Frontier(RobotsItems, Handback, RevisitItems):
         if classify(outcome.status, outcome.error_class).action is not Action.RETRY:
             return []
         waiting, scheduled = self._robots_of(host)
-        return [host, *(self._front.get(robots.source or robots.host) for robots in (*waiting, *scheduled))]
+        return [host, *(self._known_robots_home(robots) for robots in (*waiting, *scheduled))]
 
     def _read_backlogs(self, hosts: Iterable[Host | None]) -> None:
         """Read the store rows of the queues an operation will drain before it changes anything, for _drain_queue:
@@ -623,7 +623,7 @@ class Frontier(RobotsItems, Handback, RevisitItems):
             # A robots file failing abandons its origin, whose queue may lie in the store: read before any change.
             abandons = fails and item.kind is Kind.ROBOTS and remote_home(item.key) is None
             if abandons:
-                self._read_backlogs([front.get(item.source or item.host)])
+                self._read_backlogs([self._known_robots_home(item)])
             leases.pop_expired(now)
             host = front.host(item.host, item.domain)
             front.free_slot(host)

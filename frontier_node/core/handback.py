@@ -59,6 +59,9 @@ class Handback:
     def _refusal(self, host: str, domain: str, redirect_hops: int) -> str:
         raise NotImplementedError
 
+    def _known_robots_home(self, item: Item) -> Host | None:
+        raise NotImplementedError
+
     def _admit_robots(self, host: Host, origin: str) -> None:
         raise NotImplementedError
 
@@ -120,7 +123,7 @@ class Handback:
 
     def _live(self, row: Item) -> Item:
         """The core's own object for a robots item the store returned a row of (the home host may hold it)."""
-        home = self._front.get(row.source or row.host)
+        home = self._known_robots_home(row)
         held = home.robots_items.get(row.origin) if home is not None else None
         return held if held is not None and held.key == row.key else row
 

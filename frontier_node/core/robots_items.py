@@ -131,6 +131,10 @@ class RobotsItems:
         """The host whose origin a robots item is for (it differs from item.host while following a redirect)."""
         return self._front.host(item.source or item.host, item.domain)
 
+    def _known_robots_home(self, item: Item) -> Host | None:
+        """`_robots_home` if the front holds it, without creating it (None: no queue of it to read or drain)."""
+        return self._front.get(item.source or item.host)
+
     @staticmethod
     def _robots_slot(item: Item) -> str:
         """The item's key in its host's robots_items: its origin, or its own key for a hop fetched for another
@@ -167,7 +171,7 @@ class RobotsItems:
         """The home host whose queue settling this plan drains (its origin abandoned), if any."""
         if plan.record is None or not self._robots_gives_up(item, plan.record, status, plan.error_class):
             return None
-        return self._front.get(item.source or item.host)
+        return self._known_robots_home(item)
 
     def _complete_robots(
         self, item: Item, host: Host, outcome: OutcomeLike, now: float, plan: RobotsPlan
