@@ -751,13 +751,19 @@ def reference_key(reference: str, base: str) -> str | tuple[str, str]:
     if reference.startswith(("http://", "https://")):
         return reference
     if reference.startswith("/") and not reference.startswith("//"):
-        return (reference, base[: base.find("/", base.find("//") + 2)] if "//" in base else base)
+        return (reference, _origin_of(base))
     return (reference, base)
 
 
+def _origin_of(base: str) -> str:
+    """The scheme and authority a root-relative reference keeps of `base` (all of it when it has no "//")."""
+    return base[: base.find("/", base.find("//") + 2)] if "//" in base else base
+
+
 def reference_keys(references: Iterable[str], base: str) -> list[str | tuple[str, str]]:
-    """reference_key of each reference against one base (a page's links): the base's origin is found once."""
-    origin = base[: base.find("/", base.find("//") + 2)] if "//" in base else base
+    """reference_key of each reference against one base (a page's links): the base's origin is found once, and the
+    per-link test is written out here rather than called (a page has a hundred links and more)."""
+    origin = _origin_of(base)
     out: list[str | tuple[str, str]] = []
     add = out.append
     for reference in references:
