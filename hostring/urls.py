@@ -756,8 +756,12 @@ def reference_key(reference: str, base: str) -> str | tuple[str, str]:
 
 
 def _origin_of(base: str) -> str:
-    """The scheme and authority a root-relative reference keeps of `base` (all of it when it has no "//")."""
-    return base[: base.find("/", base.find("//") + 2)] if "//" in base else base
+    """The scheme and authority a root-relative reference keeps of `base` (all of it when it has no "//", or no path
+    after its authority)."""
+    if "//" not in base:
+        return base
+    end = base.find("/", base.find("//") + 2)
+    return base if end < 0 else base[:end]
 
 
 def reference_keys(references: Iterable[str], base: str) -> list[str | tuple[str, str]]:

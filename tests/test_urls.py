@@ -683,10 +683,18 @@ def test_public_suffix_list_loads_without_network() -> None:
         ["/a", "/a/../b", "b", "../c", "?q=1", "#top", "/a#x", "http://h.example/z#f", "//other.example/p", "", "./d;p"]
     ),
     page1=st.sampled_from(
-        ["http://h.example/", "http://h.example/x/y", "http://h.example/x/y?z", "https://h.example/"]
+        [
+            "http://h.example/",
+            "http://h.example/x/y",
+            "http://h.example/x/y?z",
+            "https://h.example/",
+            "http://h.example",
+        ]
     ),
-    page2=st.sampled_from(["http://h.example/", "http://h.example/x/y", "http://h.example/q/", "https://h.example/"]),
-)
+    page2=st.sampled_from(
+        ["http://h.example/", "http://h.example/x/y", "http://h.example/q/", "https://h.example/", "http://h.examplf"]
+    ),
+)  # a base with no path after its authority (a <base href>) keeps all of it as its origin
 def test_equal_reference_keys_mean_equal_fetch_keys(ref: str, page1: str, page2: str) -> None:
     from hostring.urls import reference_key
 
