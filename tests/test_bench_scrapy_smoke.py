@@ -30,6 +30,8 @@ def test_quick_scrapy_bench_prints_every_figure() -> None:
     for run in ("hostring_1", "hostring_2"):  # hostring fetches each page once, whichever process leased it
         assert figures[run]["coverage"]["duplicates"] == 0, (run, figures[run]["coverage"])
         assert set(figures[run]["cpu_s_by_process"]) >= {"node", "spider-0"}, run
+        assert 0 <= figures[run]["node_cpu_ms_per_page_steady"] <= figures[run]["cpu_ms_per_page_steady"], run
+    assert figures["plain"]["node_cpu_ms_per_page_steady"] == 0
     assert set(figures["hostring_2"]["cpu_s_by_process"]) == {"node", "spider-0", "spider-1"}
     assert figures["machine"]["cores"] >= 1 and len(figures["machine"]["loadavg_end"]) == 3
     assert figures["workload"]["web"]["origins"] == 3 and figures["cpu_per_page_vs_plain"] > 0
