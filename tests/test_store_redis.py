@@ -7,6 +7,7 @@ test_store_contract.py.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -476,3 +477,25 @@ def test_write_all_writes_what_its_previous_version_wrote(
     assert len(previous_dump) > 30
     for name, value in previous_dump.items():
         assert current_dump[name] == value, name
+
+
+def test_a_claims_band_keys_are_its_simhash_in_16_bit_bands(redis_client: redis.Redis, redis_namespace: str) -> None:
+    """The band keys and member a claim writes, cut from the simhash's hex text, are band_key() of each 16-bit
+    band: the layout nodes of every version share."""
+    from frontier_node.store.redis.bodies import RedisBodyIndex
+
+    index = RedisBodyIndex(redis_client, redis_namespace)
+    for simhash in (1, 0xFFFF_0000_0000_0001, 0x0123_4567_89AB_CDEF, 2**64 - 1, 2**64 + 5):
+        plan = index._plan("sha256:ab", simhash, "https://a.org/")
+        assert plan is not None
+        masked = simhash & (2**64 - 1)
+        assert plan.bands == [index.band_key(b, (masked >> (16 * b)) & 0xFFFF) for b in range(4)]
+        assert plan.member.startswith(f"{masked:016x}:") and plan.digest_key == index.digest_key("sha256:ab")
+    index.claim("sha256:cd", 0x0123_4567_89AB_CDEF, "https://b.org/")
+    own = hashlib.blake2b(b"https://b.org/", digest_size=4).hexdigest()
+    for band, value in enumerate((0xCDEF, 0x89AB, 0x4567, 0x0123)):
+        assert redis_client.smembers(f"{redis_namespace}:{{s:{band}:{value:04x}}}") == {
+            f"0123456789abcdef:{own}".encode()
+        }
+    no_bands = index._plan("sha256:ab", 0, "https://a.org/")
+    assert no_bands is not None and no_bands.member == "" and no_bands.bands == ["", "", "", ""]
