@@ -97,12 +97,14 @@ return {1}
 # writer held are gone (nothing written); else {1, [domain, owner, epoch, ...]}: the refused domains (their
 # batches not applied; every other domain's was). Per domain it applies what WRITE_LUA does, with one HMGET and
 # one HSET per few thousand rows, one ZREM / ZADD per host and the counters summed before they are written.
-# Cost: the script's own work was most of Redis's time per leased+completed URL (each domain of a lease or a
-# completion flush holds one row), so the first pass only reads each domain's name and fence and notes where its
-# strings start (no table per string); the second cuts a domain's strings out of the blob as it writes them, and a
-# domain with a single row takes a path with no tables at all: HGET, HSET, at most one ZREM / ZADD and one
-# HINCRBY per counter that changes, the same writes in the same order per key as the general path, so the data
-# is the same byte for byte. Scores are passed as the string '0' (a Lua number is formatted with %.17g per call).
+# Cost: the script's own work (tables and strings, beside the commands) was most of Redis's time per leased and
+# completed URL, where each domain of a lease or a completion flush holds one row. So the first pass only reads each
+# domain's name and fence and notes where its strings start (no table per string); the second cuts a domain's
+# strings out of the blob as it writes them, and a domain with a single row takes a path with no tables at all:
+# HGET, HSET, at most one ZREM / ZADD and one HINCRBY per counter field that changes. Those are the commands the
+# general path sends for one row (counter fields of one hash may be bumped in another order, which leaves the same
+# hash), so the data is the same byte for byte: tests/test_store_redis.py compares every key's DUMP with what the
+# previous version of this script wrote. Scores are the string '0' (a Lua number is formatted anew per call).
 WRITE_ALL_LUA: Final = r"""
 local writer, epoch, ns = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local call, sub, match = redis.call, string.sub, string.match
