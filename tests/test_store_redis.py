@@ -7,13 +7,16 @@ test_store_contract.py.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 import redis
 from redis.cluster import RedisCluster
 
-from frontier_node.core.records import Link
+from frontier_node.core.records import Item, Link
 from frontier_node.core.states import State
 from frontier_node.store.redis import FencedOut, RedisStore
 from frontier_node.store.redis.codec import pack_row
@@ -378,3 +381,121 @@ def test_primed_body_claims_answer_as_claims_one_by_one(client: Client, redis_na
         assert [primed.claim(*c) for c in claims] == expected
     assert [e.first for e in expected] == [None, None, "https://a.org/1", None, None]
     assert [e.near for e in expected] == [False, True, False, False, True]  # the last: b.org is near
+
+
+# -- the write script against the previous version ---------------------------------------------------------
+
+
+def _flush(s: RedisStore) -> None:
+    """Flush; a domain another node fenced is refused while the rest lands."""
+    with contextlib.suppress(FencedOut):
+        s.flush()
+
+
+def _write_all_scenario(s: RedisStore) -> None:
+    """Flushes that take every branch of write_all: see tests/data/README.md."""
+    jseq = 1
+    hosts = ["www.one.org", "www.many.org", "two.many.org", "www.moved.org", "www.redo.org"]
+    items = {h: [page(f"/{i}", h, 0) for i in range(3)] for h in hosts}
+    seq = 0
+    for h in hosts:  # many rows and many lines per domain, every row new
+        for it in items[h]:
+            seq += 1
+            it.seq = seq
+            jseq = admit(s, jseq, it)
+    s.save_robots("https://www.one.org", "www.one.org", {"verdict": "allow_all", "n": 1})
+    _flush(s)
+
+    def move(it: Item, state: State, event: str, **changes: object) -> None:
+        nonlocal jseq
+        before = it.state
+        for name, value in changes.items():
+            setattr(it, name, value)
+        it.state = state
+        s.record(make_entry(jseq, it.key, before.value, event, state.value, attempt=1, generation=1), it)
+        jseq += 1
+
+    # one row per domain: scheduled -> leased (a backlog entry and a counter out, a counter in)
+    for h in ("www.one.org", "www.moved.org", "www.redo.org"):
+        move(items[h][0], State.LEASED, "lease", generation=1, deadline=2000.5)
+    # many rows of one domain over two hosts
+    move(items["www.many.org"][0], State.LEASED, "lease")
+    move(items["two.many.org"][1], State.LEASED, "lease")
+    _flush(s)
+    # leased -> fetched (the leased counter reaches zero), a note beside a row, a robots record replaced
+    move(items["www.one.org"][0], State.FETCHED, "complete", status=200, digest="sha256:x", simhash=7,
+         checked_at=2001.25, stored_at=2001.25)  # fmt: skip
+    s.note(make_entry(jseq, items["www.one.org"][1].key, "scheduled", "note", "scheduled"))
+    jseq += 1
+    s.save_robots("https://www.one.org", "www.one.org", {"verdict": "allow_all", "n": 2})
+    # scheduled -> scheduled at a new priority: out of the backlog and back in, no counter changes
+    move(items["www.redo.org"][1], State.SCHEDULED, "reschedule", priority=-5)
+    # one row moving between hosts of its domain (out of one host's backlog, into the other's)
+    move(items["www.moved.org"][1], State.SCHEDULED, "reschedule", host="moved.org", priority=3)
+    # a row with no change of state, not in a backlog
+    move(items["www.many.org"][0], State.LEASED, "renew", deadline=2100.0)
+    # a line with no row in a domain of its own
+    s.note(make_entry(jseq, "https://www.noted.org/x", "fetched", "note", "fetched"))
+    jseq += 1
+    _flush(s)
+    # fetched -> scheduled (a revisit: into the backlog only), then everything settled on a newer epoch
+    move(items["www.one.org"][0], State.SCHEDULED, "revisit")
+    for it in items["www.many.org"][1:]:
+        move(it, State.FAILED, "fail", reason="gone")
+    s.save_robots("https://www.robots-only.org", "www.robots-only.org", {"verdict": "disallow_all"})
+    _flush(s)
+
+
+@pytest.mark.parametrize("refused", [False, True])
+def test_write_all_writes_what_its_previous_version_wrote(
+    redis_client: redis.Redis, redis_namespace: str, refused: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every key the current write_all writes DUMPs byte for byte as the one the previous version (commit 82e0a1d,
+    tests/data) wrote: old and new nodes share a Redis during a rolling upgrade."""
+    monkeypatch.setattr(time, "time_ns", lambda: 10**18)  # robots records' first-save ordinals, the same twice
+    previous = (Path(__file__).parent / "data" / "redis_write_all_82e0a1d.lua").read_text()
+    previous_sha = redis_client.script_load(previous)
+    dumps: list[dict[str, bytes]] = []
+    epochs = [1]
+    for version in ("previous", "current"):
+        ns = f"{redis_namespace}-{version}"
+        epochs.append(1)
+        s = RedisStore(redis_client, node_id="n1", epoch=lambda: epochs[-1], namespace=ns)
+        if version == "previous":
+            s._scripts.shas["write_all"] = previous_sha
+        if refused:  # another node holds one domain at a newer epoch: its batch is refused, the rest land
+            RedisStore(redis_client, node_id="n2", epoch=5, namespace=ns).claim("moved.org", 5)
+        _write_all_scenario(s)
+        epochs.append(2)
+        s.record(make_entry(900, "https://www.one.org/new", "admitted", "schedule", "scheduled"),
+                 page("/new", "www.one.org", 90))  # fmt: skip
+        s.flush()  # a new row alone in its domain's batch, and a fence moved to the newer epoch
+        names = sorted(k.decode().removeprefix(ns) for k in redis_client.scan_iter(match=f"{ns}:*"))
+        dumps.append({n: redis_client.dump(ns + n) or b"" for n in names if not n.endswith(":instance")})
+    previous_dump, current_dump = dumps
+    assert sorted(previous_dump) == sorted(current_dump)
+    assert len(previous_dump) > 30
+    for name, value in previous_dump.items():
+        assert current_dump[name] == value, name
+
+
+def test_a_claims_band_keys_are_its_simhash_in_16_bit_bands(redis_client: redis.Redis, redis_namespace: str) -> None:
+    """The band keys and member a claim writes, cut from the simhash's hex text, are band_key() of each 16-bit
+    band: the layout nodes of every version share."""
+    from frontier_node.store.redis.bodies import RedisBodyIndex
+
+    index = RedisBodyIndex(redis_client, redis_namespace)
+    for simhash in (1, 0xFFFF_0000_0000_0001, 0x0123_4567_89AB_CDEF, 2**64 - 1, 2**64 + 5):
+        plan = index._plan("sha256:ab", simhash, "https://a.org/")
+        assert plan is not None
+        masked = simhash & (2**64 - 1)
+        assert plan.bands == [index.band_key(b, (masked >> (16 * b)) & 0xFFFF) for b in range(4)]
+        assert plan.member.startswith(f"{masked:016x}:") and plan.digest_key == index.digest_key("sha256:ab")
+    index.claim("sha256:cd", 0x0123_4567_89AB_CDEF, "https://b.org/")
+    own = hashlib.blake2b(b"https://b.org/", digest_size=4).hexdigest()
+    for band, value in enumerate((0xCDEF, 0x89AB, 0x4567, 0x0123)):
+        assert redis_client.smembers(f"{redis_namespace}:{{s:{band}:{value:04x}}}") == {
+            f"0123456789abcdef:{own}".encode()
+        }
+    no_bands = index._plan("sha256:ab", 0, "https://a.org/")
+    assert no_bands is not None and no_bands.member == "" and no_bands.bands == ["", "", "", ""]

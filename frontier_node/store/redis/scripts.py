@@ -97,102 +97,162 @@ return {1}
 # writer held are gone (nothing written); else {1, [domain, owner, epoch, ...]}: the refused domains (their
 # batches not applied; every other domain's was). Per domain it applies what WRITE_LUA does, with one HMGET and
 # one HSET per few thousand rows, one ZREM / ZADD per host and the counters summed before they are written.
+# Cost: the script's own work (tables and strings, beside the commands) was most of Redis's time per leased and
+# completed URL, where each domain of a lease or a completion flush holds one row. So the first pass only reads each
+# domain's name and fence and notes where its strings start (no table per string); the second cuts a domain's
+# strings out of the blob as it writes them, and a domain with a single row takes a path with no tables at all:
+# HGET, HSET, at most one ZREM / ZADD and one HINCRBY per counter field that changes. Those are the commands the
+# general path sends for one row (counter fields of one hash may be bumped in another order, which leaves the same
+# hash), so the data is the same byte for byte: tests/test_store_redis.py compares every key's DUMP with what the
+# previous version of this script wrote. Scores are the string '0' (a Lua number is formatted anew per call).
 WRITE_ALL_LUA: Final = r"""
 local writer, epoch, ns = ARGV[1], tonumber(ARGV[2]), ARGV[3]
-local marker = redis.call('GET', KEYS[1])
+local call, sub, match = redis.call, string.sub, string.match
+local marker = call('GET', KEYS[1])
 if marker ~= ARGV[4] then return {0, marker} end
 local blob, counts, lengths = ARGV[5], cjson.decode(ARGV[6]), cjson.decode(ARGV[7])
-local pos, at = 1, 0
-local function take(n)
-  local out = {}
-  for i = 1, n do
-    at = at + 1
-    local stop = pos + lengths[at]
-    out[i] = string.sub(blob, pos, stop - 1)
-    pos = stop
-  end
-  return out
-end
--- batches[i]: domain, held, jmax, imax, lines, rows (key, packed row, ...), robots (origin, record, ...), named
-local batches = {}
-for i = 1, #counts, 5 do
-  local head = take(3)
-  batches[#batches + 1] = {head[1], counts[i], head[2], head[3], take(counts[i + 2]), take(2 * counts[i + 3]),
-    take(2 * counts[i + 4]), counts[i + 1]}
-end
+-- pass 1: each domain's name, where its other strings start, and its fence
+local names, spos, sat = {}, {}, {}
 local refused, vanished, plan = {}, {}, {}
-for i, b in ipairs(batches) do
-  local fkey = ns .. ':{d:' .. b[1] .. '}:fence'
-  local fence = redis.call('HMGET', fkey, 'owner', 'epoch')
+local pos, at, nb = 1, 0, 0
+for i = 1, #counts, 5 do
+  nb = nb + 1
+  at = at + 1
+  local stop = pos + lengths[at]
+  local name = sub(blob, pos, stop - 1)
+  local d = ns .. ':{d:' .. name .. '}:'
+  names[nb], spos[nb], sat[nb] = d, stop, at
+  pos = stop
+  for _ = 1, 2 + counts[i + 2] + 2 * counts[i + 3] + 2 * counts[i + 4] do
+    at = at + 1
+    pos = pos + lengths[at]
+  end
+  local fkey = d .. 'fence'
+  local fence = call('HMGET', fkey, 'owner', 'epoch')
   if fence[2] then
     local fenced = tonumber(fence[2])
     if fenced > epoch or (fenced == epoch and fence[1] ~= writer) then
-      refused[#refused + 1] = b[1]
+      refused[#refused + 1] = name
       refused[#refused + 1] = fence[1] or ''
       refused[#refused + 1] = fence[2]
     else
-      plan[i] = epoch > fenced and fkey or ''
+      plan[nb] = epoch > fenced and fkey or ''
     end
   else
-    if b[2] == 1 then vanished[#vanished + 1] = b[1] end
-    plan[i] = fkey
+    if counts[i] == 1 then vanished[#vanished + 1] = name end
+    plan[nb] = fkey
   end
 end
 if #vanished > 0 then return {2, vanished} end
+local jsuffix = 'j:' .. writer
+local function nxt()
+  at = at + 1
+  local stop = pos + lengths[at]
+  local s = sub(blob, pos, stop - 1)
+  pos = stop
+  return s
+end
+local function take(n)
+  local out = {}
+  for i = 1, n do out[i] = nxt() end
+  return out
+end
 local pat = '^([^\031]*)\031([^\031]*)\031([^\031]*)\031([^\031]*)\031()'
 local function chunked(cmd, key, list)
   local total = 0
   for s = 1, #list, 4000 do
-    total = total + redis.call(cmd, key, unpack(list, s, math.min(s + 3999, #list)))
+    total = total + call(cmd, key, unpack(list, s, math.min(s + 3999, #list)))
   end
   return total
 end
 local function hmget(key, fields)
   local out = {}
   for s = 1, #fields, 4000 do
-    local r = redis.call('HMGET', key, unpack(fields, s, math.min(s + 3999, #fields)))
+    local r = call('HMGET', key, unpack(fields, s, math.min(s + 3999, #fields)))
     for _, v in ipairs(r) do out[#out + 1] = v end
   end
   return out
 end
 local function counters(key, deltas)
   for f, n in pairs(deltas) do
-    if n ~= 0 and redis.call('HINCRBY', key, f, n) <= 0 then redis.call('HDEL', key, f) end
+    if n ~= 0 and call('HINCRBY', key, f, n) <= 0 then call('HDEL', key, f) end
   end
 end
-for i, b in ipairs(batches) do
-  local fkey = plan[i]
+local function bump(key, f, n)
+  if call('HINCRBY', key, f, n) <= 0 then call('HDEL', key, f) end
+end
+for k = 1, nb do
+  local fkey = plan[k]
   if fkey then
-    if fkey ~= '' then redis.call('HSET', fkey, 'owner', writer, 'epoch', ARGV[2]) end
-    local d = ns .. ':{d:' .. b[1] .. '}:'
-    local lines, rows, robots = b[5], b[6], b[7]
-    if #lines > 0 then
-      if b[8] ~= 1 then redis.call('SADD', d .. 'writers', writer) end
-      local scored = {}
-      for n, line in ipairs(lines) do
-        scored[2 * n - 1] = 0
-        scored[2 * n] = line
+    local c = 5 * (k - 1)
+    local named, nl, nr, nro = counts[c + 2], counts[c + 3], counts[c + 4], counts[c + 5]
+    pos, at = spos[k], sat[k]
+    local jmax, imax = nxt(), nxt()
+    if fkey ~= '' then call('HSET', fkey, 'owner', writer, 'epoch', ARGV[2]) end
+    local d = names[k]
+    if nl > 0 then
+      if named ~= 1 then call('SADD', d .. 'writers', writer) end
+      if nl == 1 then
+        call('ZADD', d .. jsuffix, '0', nxt())
+      else
+        local scored = {}
+        for n = 1, nl do
+          scored[2 * n - 1] = '0'
+          scored[2 * n] = nxt()
+        end
+        chunked('ZADD', d .. jsuffix, scored)
       end
-      chunked('ZADD', d .. 'j:' .. writer, scored)
     end
-    if b[3] ~= '' or b[4] ~= '' then
-      local cur = redis.call('HMGET', d .. 'meta', 'jmax', 'imax')
-      local set = {}
-      if b[3] ~= '' and (not cur[1] or b[3] > cur[1]) then set[#set + 1] = 'jmax'; set[#set + 1] = b[3] end
-      if b[4] ~= '' and (not cur[2] or b[4] > cur[2]) then set[#set + 1] = 'imax'; set[#set + 1] = b[4] end
-      if #set > 0 then redis.call('HSET', d .. 'meta', unpack(set)) end
+    if jmax ~= '' or imax ~= '' then
+      local cur = call('HMGET', d .. 'meta', 'jmax', 'imax')
+      if jmax ~= '' and (not cur[1] or jmax > cur[1]) then
+        if imax ~= '' and (not cur[2] or imax > cur[2]) then
+          call('HSET', d .. 'meta', 'jmax', jmax, 'imax', imax)
+        else
+          call('HSET', d .. 'meta', 'jmax', jmax)
+        end
+      elseif imax ~= '' and (not cur[2] or imax > cur[2]) then
+        call('HSET', d .. 'meta', 'imax', imax)
+      end
     end
-    if #rows > 0 then
+    if nr == 1 then
+      local key, value = nxt(), nxt()
+      local items = d .. 'items'
+      local old = call('HGET', items, key)
+      local ns_, nh, no, nf, rest = match(value, pat)
+      local os, oh, oo, of
+      if old then
+        os, oh, oo, of = match(old, pat)
+        if of ~= nf then value = ns_ .. '\031' .. nh .. '\031' .. no .. '\031' .. of .. '\031' .. sub(value, rest) end
+      end
+      call('HSET', items, key, value)
+      local down, up = 0, 0
+      if os == 'scheduled' then down = call('ZREM', d .. 'q:' .. oh, oo .. ':' .. key) end
+      if ns_ == 'scheduled' then up = call('ZADD', d .. 'q:' .. nh, '0', no .. ':' .. key) end
+      if os ~= ns_ then
+        if os then bump(d .. 'states', os, -1) end
+        bump(d .. 'states', ns_, 1)
+      end
+      if down ~= 0 or up ~= 0 then
+        if oh == nh then
+          if up ~= down then bump(d .. 'sched', nh, up - down) end
+        else
+          if down ~= 0 then bump(d .. 'sched', oh, -down) end
+          if up ~= 0 then bump(d .. 'sched', nh, up) end
+        end
+      end
+    elseif nr > 0 then
+      local rows = take(2 * nr)
       local keys = {}
-      for n = 1, #rows, 2 do keys[#keys + 1] = rows[n] end
+      for n = 1, nr do keys[n] = rows[2 * n - 1] end
       local olds = hmget(d .. 'items', keys)
       local states, sched, rem, add = {}, {}, {}, {}
       for n, key in ipairs(keys) do
         local value = rows[2 * n]
-        local ns_, nh, no, nf, rest = string.match(value, pat)
+        local ns_, nh, no, nf, rest = match(value, pat)
         local old = olds[n]
         if old then
-          local os, oh, oo, of = string.match(old, pat)
+          local os, oh, oo, of = match(old, pat)
           states[os] = (states[os] or 0) - 1
           if os == 'scheduled' then
             local q = rem[oh]
@@ -200,7 +260,7 @@ for i, b in ipairs(batches) do
             q[#q + 1] = oo .. ':' .. key
           end
           if of ~= nf then
-            value = ns_ .. '\031' .. nh .. '\031' .. no .. '\031' .. of .. '\031' .. string.sub(value, rest)
+            value = ns_ .. '\031' .. nh .. '\031' .. no .. '\031' .. of .. '\031' .. sub(value, rest)
             rows[2 * n] = value
           end
         end
@@ -208,7 +268,7 @@ for i, b in ipairs(batches) do
         if ns_ == 'scheduled' then
           local q = add[nh]
           if not q then q = {}; add[nh] = q end
-          q[#q + 1] = 0
+          q[#q + 1] = '0'
           q[#q + 1] = no .. ':' .. key
         end
       end
@@ -222,16 +282,17 @@ for i, b in ipairs(batches) do
       counters(d .. 'states', states)
       counters(d .. 'sched', sched)
     end
-    if #robots > 0 then
+    if nro > 0 then
+      local robots = take(2 * nro)
       local origins = {}
-      for n = 1, #robots, 2 do origins[#origins + 1] = robots[n] end
+      for n = 1, nro do origins[n] = robots[2 * n - 1] end
       local olds = hmget(d .. 'robots', origins)
       for n, old in ipairs(olds) do
         if old then
           local value = robots[2 * n]
-          local of = string.match(old, '^([^\031]*)\031')
-          local nf, rest = string.match(value, '^([^\031]*)\031()')
-          if of ~= nf then robots[2 * n] = of .. '\031' .. string.sub(value, rest) end
+          local of = match(old, '^([^\031]*)\031')
+          local nf, rest = match(value, '^([^\031]*)\031()')
+          if of ~= nf then robots[2 * n] = of .. '\031' .. sub(value, rest) end
         end
       end
       chunked('HSET', d .. 'robots', robots)
