@@ -573,6 +573,49 @@ def _epoch(node: Any) -> int:
 
 
 @pytest.mark.timeout(60)
+def test_catch_up_reads_domains_outside_the_lock_and_only_when_one_was_written(empty_redis: str) -> None:
+    """Node b (ring epoch 1) writes a domain that node a owns at epoch 2, as an owner that has not seen the new
+    ring does. a's catch-up adopts it; it reads the domain names while a call holds a's service lock (it waits for
+    the lock only to adopt), and does not read them at all while no new domain was written."""
+    import threading
+
+    r1, r2 = _rings(["b"], ["a"])
+    a, b = _node(empty_redis, "a"), _node(empty_redis, "b")
+    try:
+        b.apply(r1)
+        a.apply(r2)
+        reads: list[bool] = []  # per read of the domain names: whether another thread held a's lock meanwhile
+        names = a.store.written_domains
+
+        def counted() -> set[str]:
+            free = a.lock.acquire(blocking=False)
+            if free:
+                a.lock.release()
+            reads.append(not free)
+            return names()
+
+        a.store.written_domains = counted
+        assert a.catch_up() == 0 and len(reads) == 1
+        assert a.catch_up() == 0 and len(reads) == 1, "read the domain names again though none was written"
+
+        b.frontier.discover([pb.Link(observed="http://late.example/p")])
+        b.frontier.store.flush()
+        gained: list[int] = []
+        with a.lock:  # a long call holds the lock
+            worker = threading.Thread(target=lambda: gained.append(a.catch_up()), daemon=True)
+            worker.start()
+            wait_for(lambda: len(reads) == 2, 10.0, "the catch-up to read the domain names", interval=0.01)
+            assert reads[1], "the names were read only once the lock was free"
+            assert worker.is_alive() and not gained, "the catch-up adopted without the lock"
+        worker.join(10.0)
+        assert gained == [1] and "late.example" in a.frontier.domains
+        assert a.catch_up() == 0 and len(reads) == 2
+    finally:
+        a.store.close()
+        b.store.close()
+
+
+@pytest.mark.timeout(60)
 def test_domain_first_written_by_old_owner_during_handoff_is_adopted(empty_redis: str) -> None:
     """Two in-process nodes and a coordinator. While node a cannot apply epoch 2 yet (the test holds its lock, as a
     long call or a slow handoff would), b joins and applies it; a, still on epoch 1, admits the first link of a

@@ -758,7 +758,16 @@ class RedisStore(DomainHandoff):
         """Every domain any node of this namespace ever wrote: what a new ring's owners must look at."""
         with self._lock:
             self._flush_locked()
+        return self.written_domains()
+
+    def written_domains(self) -> set[str]:
+        """Every domain written to Redis so far, without flushing this store first (a reader outside the core's
+        batches: it never commits the core's writes for it)."""
         return {text(d) for d in self._r.smembers(self._keys.all_domains)}
+
+    def written_domain_count(self) -> int:
+        """How many domains were ever written (the set only grows, so an unchanged count means no new domain)."""
+        return int(self._r.scard(self._keys.all_domains))
 
     def domain_counts(self, domain: str) -> dict[str, int]:
         """state -> number of rows of one domain (kept by the write script, no scan)."""
