@@ -82,7 +82,7 @@ class RedisBodyIndex:
         self._ns = namespace
         self.max_distance = max_distance
         self._primed: dict[tuple[str, int, str], list[BodyClaim]] = {}
-        self._band_prefixes = [f"{namespace}:{{s:{band}:" for band in range(4)]
+        self._band_prefixes = [f"{namespace}:{{s:{band}:" for band in range(4)]  # band_key's, before the value
         self._claim_all = None if isinstance(client, RedisCluster) else client.register_script(_CLAIM_ALL)
 
     def _pipeline(self) -> Any:
@@ -92,7 +92,7 @@ class RedisBodyIndex:
         return f"{self._ns}:{{b:{digest}}}"
 
     def band_key(self, band: int, value: int) -> str:
-        return f"{self._ns}:{{s:{band}:{value:04x}}}"
+        return f"{self._band_prefixes[band]}{value:04x}}}"
 
     def prime(self, claims: Sequence[tuple[str, int, str]]) -> None:
         """Register a batch of bodies (digest, simhash, key) in one round trip, in order, keeping the answers
@@ -155,7 +155,7 @@ class RedisBodyIndex:
         else:
             member, bands = "", ["", "", "", ""]
         return _Plan(
-            f"{self._ns}:{{b:{digest}}}" if digest else "", key[:_KEY_LIMIT], member, bands, simhash, own,
+            self.digest_key(digest) if digest else "", key[:_KEY_LIMIT], member, bands, simhash, own,
         )  # fmt: skip
 
     def _queue(self, pipe: Any, plan: _Plan) -> None:

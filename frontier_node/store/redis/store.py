@@ -441,8 +441,7 @@ class RedisStore(DomainHandoff):
             jmax, imax = batch.jmax, batch.imax
             strings += (domain, f"{jmax:020d}" if jmax >= 0 else "", f"{imax:020d}" if imax >= 0 else "")
             strings += [pack_line(e, epoch) for e in batch.entries]
-            for key, (first, fields) in batch.rows.items():
-                strings += (key, pack_fields(fields, first))
+            strings += batch.packed_rows()
             for pair in batch.robots.items():
                 strings += pair
             counts += (
