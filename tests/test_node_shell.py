@@ -542,7 +542,7 @@ def test_forward_over_4mib_goes_to_the_outbox_in_the_same_commit() -> None:
     links = foreign(100_000)
     assert sum(link.ByteSize() for link in links) > 4 * 2**20
     with home_node(store, outbox=True) as (served, page), grpc.insecure_channel(served.address) as default:
-        resp = pb_grpc.FrontierStub(default).Complete(page_done(page, links), timeout=30)  # type: ignore[no-untyped-call]
+        resp = pb_grpc.FrontierStub(default).Complete(page_done(page, links), timeout=90)  # type: ignore[no-untyped-call]
         assert resp.accepted and resp.follow_links and not resp.forward
         assert store.durable == [link.observed for link in links] and not store.buffered
 
