@@ -14,9 +14,10 @@ flush sends both, in order.
 
 from __future__ import annotations
 
+import queue
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -119,6 +120,31 @@ class Landed:
             raise self.error
 
 
+class Writer:
+    """A daemon thread that sends a store's pipelines in order (a daemon: a Redis that stopped answering must not
+    hold the node's process at exit)."""
+
+    def __init__(self, name: str) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Future[list[Any]], Callable[[], list[Any]]] | None] = queue.SimpleQueue()
+        threading.Thread(target=self._run, name=name, daemon=True).start()
+
+    def submit(self, send: Callable[[], list[Any]]) -> Future[list[Any]]:
+        answers: Future[list[Any]] = Future()
+        self._jobs.put((answers, send))
+        return answers
+
+    def close(self) -> None:
+        self._jobs.put(None)
+
+    def _run(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            answers, send = job
+            try:
+                answers.set_result(send())
+            except BaseException as e:
+                answers.set_exception(e)
+
+
 class Flights:
     """Flushes in flight for RedisStore (mixed in; see the module docstring). The store's lock is held."""
 
@@ -129,7 +155,7 @@ class Flights:
     _instance_key: str
     _scripts: Scripts
     _flight: Flight | None
-    _writer: ThreadPoolExecutor | None
+    _writer: Writer | None
     _lock: threading.RLock
     _known_domains: set[str]
     _batches: dict[str, Batch]
@@ -195,8 +221,8 @@ class Flights:
                 answers.set_exception(e)
         else:
             if self._writer is None:
-                self._writer = ThreadPoolExecutor(1, thread_name_prefix=f"redis-flush-{self.node_id}")
-            answers = self._writer.submit(pipe.execute, raise_on_error=False)
+                self._writer = Writer(f"redis-flush-{self.node_id}")
+            answers = self._writer.submit(lambda: pipe.execute(raise_on_error=False))
         self._flight = Flight(self._settle_flight, answers, self._take(), epoch=epoch, node=node, call=call)
         return self._flight
 

@@ -61,7 +61,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final
 
 import redis
@@ -95,7 +94,7 @@ from frontier_node.store.redis.codec import (
     unpack_robots,
     unpack_row,
 )
-from frontier_node.store.redis.flight import Flight, Flights, Landed
+from frontier_node.store.redis.flight import Flight, Flights, Landed, Writer
 from frontier_node.store.redis.handoff import Batch, DomainHandoff, FencedOut
 from frontier_node.store.redis.mail import Mailroom, encode, link_messages, link_row
 from frontier_node.store.redis.scripts import Scripts
@@ -152,7 +151,7 @@ class RedisStore(Flights, DomainHandoff):
         self._named_writer: set[str] = set()  # domains whose writers set names this node (write_all skips the SADD)
         self._lost: StoreLost | None = None
         self._flight: Flight | None = None  # the flush sent and not settled yet (flight.py)
-        self._writer: ThreadPoolExecutor | None = None
+        self._writer: Writer | None = None  # started at the first begin_flush
         self._instance_key = f"{namespace}:{{all}}:instance"
         self._r.set(self._instance_key, uuid.uuid4().hex, nx=True)
         self.instance = text(self._r.get(self._instance_key))
@@ -864,6 +863,6 @@ class RedisStore(Flights, DomainHandoff):
             finally:
                 self._closed = True
                 if self._writer is not None:
-                    self._writer.shutdown(wait=False)
+                    self._writer.close()
                 if self._owns_client:
                     self.client.close()
