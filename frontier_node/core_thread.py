@@ -7,6 +7,20 @@ items to waiting Leases, expires leases and releases retries (`tick`), commits t
 (group commit), and only then resolves each call's future on its loop: an item is reported admitted, leased or
 completed only after its journal line is committed.
 
+A batch's commit, all in `_batch`: `_apply` runs the ops (their writes are buffered in the store), `_start` begins
+the batch's flush (frontier_node/commit.py), `_land` waits for it and then answers the batch's calls. A store that
+pipelines (Redis) sends the flush and returns; while it is in flight and more calls are queued, the thread does not
+wait: it applies the next batch first, then lands the one in flight, then starts the next flush. So Redis applies
+batch N while the core runs batch N+1; at most one flush is in flight, flushes go out in batch order, and every
+store call that reads or writes (a backlog page, a row, another flush) settles the flush in flight first, so it
+sees batch N's writes (frontier_node/store/redis/flight.py). Other stores flush inside `_start`: nothing overlaps.
+A flush partly refused by a newer owner's fence is handled for the ops of its own batch (`on_fenced`, `refused`);
+when that needs another flush, that one also carries the next batch's writes, so its refusals are told to both
+batches' ops; the next batch's own flush meets the same fence and is handled when it lands. A failed flush answers
+its batch's calls with the error, and its writes go back in front of the next batch's (sent again, in order).
+An op with slices left runs its next slice only once its batch landed. Between batches the lock is let go with a
+flush in flight: a handoff or the mail poller then settles it through the store like any other call.
+
 Long-poll Leases hold no thread: they wait here as operations, served in arrival order after every batch, so a
 completion that frees a host wakes a waiting Lease in the same commit. The thread sleeps until the next call,
 the next event of the core while Leases wait (`next_event_in`), the first Lease deadline, or TICK_S.
@@ -29,6 +43,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from frontier_node.commit import Batch, begin_flush
 from frontier_node.core.frontier import Frontier
 from frontier_node.core.ports import Fenced, Outbox, StoreLost
 from frontier_node.core.views import FrontierStats
@@ -87,6 +102,7 @@ class CoreThread:
         self.version = 0
         self._queue: collections.deque[Op[Any]] = collections.deque()
         self._more: list[Op[Any]] = []  # ops with slices left, run again next batch
+        self._inflight: Batch | None = None  # a batch whose flush is in flight while the next one runs
         self._waiters: collections.deque[Lease] = collections.deque()
         self._earliest = math.inf  # the first deadline among the waiting Leases
         self._wake = threading.Event()
@@ -160,19 +176,34 @@ class CoreThread:
                 except Exception:  # a bug must not end the thread that every call waits on
                     log.exception("core batch failed")
                     self._timeout = TICK_S
-            if self._stopping and not (self._queue or self._more or self._waiters):
+            if self._stopping and not (self._queue or self._more or self._waiters or self._inflight):
                 return
 
     # ------------------------------------------------------------------ one batch (the lock is held)
 
     def _batch(self) -> None:
+        """Run the queued ops; land the batch whose flush was in flight meanwhile; start this batch's flush, and land
+        it now unless it is in flight: then the thread sleeps until its answer or the next call, whichever comes
+        first (see the module docstring)."""
+        batch = self._apply()
+        if self._inflight is not None:
+            inflight, self._inflight = self._inflight, None
+            self._land(inflight, batch.ran)
+        self._start(batch)
+        if batch.pending.done:
+            self._land(batch, [])
+        else:
+            self._inflight = batch
+            batch.pending.when_ready(self._wake.set)
+        self._timeout = self._next_timeout()
+
+    def _apply(self) -> Batch:
+        """Run every queued op (those with slices left first) on the core, then serve the waiting Leases."""
         ops, self._more = self._more, []
         while self._queue:
             ops.append(self._queue.popleft())
+        batch = Batch(ops)
         core = self.frontier
-        finished: list[Op[Any]] = []
-        ran: list[Op[Any]] = []
-        failed: list[tuple[Op[Any], BaseException]] = []
         try:
             if not self.fault:
                 core.tick()
@@ -180,7 +211,7 @@ class CoreThread:
                 if op.abandoned():
                     continue
                 if op.data_plane and (self.fault or (self._stopping and not op.started)):
-                    failed.append((op, NodeUnavailable(self.fault or "node stopping")))
+                    batch.failed.append((op, NodeUnavailable(self.fault or "node stopping")))
                     continue
                 try:
                     step = op.run(core)
@@ -188,38 +219,63 @@ class CoreThread:
                     raise
                 except Fenced as e:  # a store read that flushed first met a newer owner's fence
                     self.on_fenced({e.domain, *(o.domain for o in e.others)})
-                    failed.append((op, e))
+                    batch.failed.append((op, e))
                     continue
                 except Exception as e:
-                    failed.append((op, e))
+                    batch.failed.append((op, e))
                     continue
                 if step is Step.WAIT:
                     assert isinstance(op, Lease)
                     if len(self._waiters) < MAX_WAITING:
                         self._waiters.append(op)  # it joins the queue of waiting Leases, served below
                         self._earliest = min(self._earliest, op.deadline)
+                        batch.parked.append(op)
                         continue
                     op.waits = False  # the waiting set is full: answer now with what is ready
                     step = op.take(core)
-                ran.append(op)
-                (finished if step is Step.DONE else self._more).append(op)
+                batch.ran.append(op)
+                (batch.finished if step is Step.DONE else batch.more).append(op)
             if not self.fault:
-                ran += self._serve_waiters(finished)
-            self._commit(ran)
+                batch.ran += self._serve_waiters(batch.finished)
+        except Exception as e:
+            batch.error = e
+        return batch
+
+    def _start(self, batch: Batch) -> None:
+        """Start the batch's flush (nothing is written once the store lost data, or when the batch failed)."""
+        if batch.error is None and self.fault:
+            batch.error = StoreLost(self.fault)
+        if batch.error is not None:
+            return
+        if self.store_timer is not None:
+            batch.timing.enter_context(self.store_timer())
+        batch.pending = begin_flush(self.frontier.store)
+
+    def _land(self, batch: Batch, following: list[Op[Any]]) -> None:
+        """Wait for the batch's flush and answer its calls. `following`: the ops of the batch that ran while this
+        one's flush was in flight (their writes are buffered: a flush again carries them)."""
+        core = self.frontier
+        failed = batch.failed
+        finished = batch.finished
+        try:
+            if batch.error is not None:
+                raise batch.error
+            self._commit(batch, following)
+            self._more += batch.more
         except StoreLost as e:
             self._lose(e)
             lost = NodeUnavailable(self.fault)
             finished = [op for op in finished if not op.data_plane]
             kept = {id(op) for op in finished}
-            failed += [(op, lost) for op in [*ops, *ran] if id(op) not in kept]
+            failed += [(op, lost) for op in [*batch.ops, *batch.ran] if id(op) not in kept]
         except Exception as e:
             log.exception("commit failed; the calls of this batch are answered with the error")
             # Every call of the batch not answered yet and not waiting gets the error: those that ran, the waiting
             # Leases whose wait ended here (in `finished` only), and those a failure in `tick` kept from running.
-            skip = {id(op) for op, _ in failed} | {id(w) for w in self._waiters}
-            gone = {id(op): op for op in [*ops, *ran, *finished] if id(op) not in skip}
+            skip = {id(op) for op, _ in failed} | {id(op) for op in batch.parked}
+            skip -= {id(op) for op in finished}
+            gone = {id(op): op for op in [*batch.ops, *batch.ran, *finished] if id(op) not in skip}
             failed += [(op, e) for op in gone.values()]
-            self._more = [op for op in self._more if id(op) not in gone]
             finished = []
         if any(op.changes for op in finished) or any(op.changes for op, _ in failed):
             self.version += 1
@@ -230,7 +286,6 @@ class CoreThread:
             except Exception as e:
                 results.append((op, None, e))
         self._deliver(results)
-        self._timeout = self._next_timeout()
 
     def _serve_waiters(self, finished: list[Op[Any]]) -> list[Op[Any]]:
         """Hand ready items to waiting Leases, oldest first, until one finds nothing (the rest would find nothing
@@ -266,12 +321,15 @@ class CoreThread:
             self._waiters = keep
         return served
 
-    def _commit(self, ran: list[Op[Any]]) -> None:
-        """Flush the store once for the batch. A partly refused flush tells each op which domains were refused (an
-        op may then leave links in the outbox: flushed again) and lets the node let go of those domains."""
+    def _commit(self, batch: Batch, following: list[Op[Any]]) -> None:
+        """Wait for the batch's flush. A partly refused flush tells each op which domains were refused (an op may
+        then leave links in the outbox: flushed again) and lets the node let go of those domains. A flush again
+        also carries the writes of `following`, so its refusals are told to those ops as well."""
+        ran, wait = batch.ran, batch.pending.wait
         for _ in range(3):
             try:
-                self._flush()
+                with batch.timing:
+                    wait()
                 return
             except Fenced as e:
                 fenced = {e.domain, *(o.domain for o in e.others)}
@@ -280,6 +338,7 @@ class CoreThread:
                 again = [op.refused(fenced, self.outbox) for op in ran]
                 if not any(again):
                     return
+                ran, wait = [*batch.ran, *following], self._flush
         self._flush()
 
     def _flush(self) -> None:

@@ -294,6 +294,11 @@ def robots_first(packed: str) -> int:
     return int(packed[:20])
 
 
+def with_first(packed: str, first: int) -> str:
+    """A stored robots record with its first-save ordinal replaced by `first`."""
+    return f"{first:020d}{packed[20:]}"
+
+
 def unpack_robots(origin: str, packed: str) -> tuple[str, str, dict[str, object]]:
     """(origin, host, record) of a stored robots record."""
     _, host, body = packed.split(SEP, 2)

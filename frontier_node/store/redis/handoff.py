@@ -29,12 +29,14 @@ from frontier_node.store.redis.codec import (
     pack_fields,
     pack_line,
     pack_robots,
+    robots_first,
     robots_json,
     row_fields,
     row_first,
     text,
     unpack_robots,
     unpack_row,
+    with_first,
 )
 from frontier_node.store.redis.mail import Mailroom
 from frontier_node.store.redis.scripts import Scripts
@@ -98,6 +100,18 @@ class Batch:
         if entry.seq > self.jmax:
             self.jmax = entry.seq
 
+    def extend(self, later: Batch) -> None:
+        """Add `later`'s writes after these, as if they had been buffered here (a flush that did not land)."""
+        for entry in later.entries:
+            self.add_line(entry)
+        for key, (first, fields) in later.rows.items():
+            mine = self.rows.get(key)
+            self.rows[key] = (first if mine is None else mine[0], fields)
+        for origin, packed in later.robots.items():
+            mine_robots = self.robots.get(origin)
+            self.robots[origin] = packed if mine_robots is None else with_first(packed, robots_first(mine_robots))
+        self.imax = max(self.imax, later.imax)
+
     def packed_rows(self) -> list[str]:
         """key, packed row, key, ... (the write scripts' form)."""
         return [s for key, (first, f) in self.rows.items() for s in (key, pack_fields(f, first))]
@@ -133,6 +147,9 @@ class DomainHandoff:
     def _flush_locked(self) -> None:
         raise NotImplementedError
 
+    def _settle(self) -> None:
+        raise NotImplementedError
+
     def _learn(self, key: str, host: str, origin: str, domain: str, *, page: bool = True) -> None:
         raise NotImplementedError
 
@@ -160,6 +177,8 @@ class DomainHandoff:
 
     def fence(self, domain: str) -> tuple[str, int] | None:
         """(owner, epoch) of the domain's fence, or None when no node ever wrote or claimed it."""
+        with self._lock:
+            self._settle()
         owner, epoch = self._r.hmget(self._keys.domain(domain, "fence"), ["owner", "epoch"])
         return None if epoch is None else (text(owner or b""), int(text(epoch)))
 

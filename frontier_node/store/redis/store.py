@@ -18,6 +18,10 @@ every row, line and record passed as one string with their lengths, so neither s
 On a Cluster: the node-scoped writes in their own round trip, then one script call per domain in one pipeline
 (a script cannot span slots there). Atomic per domain either way, not across domains: a FencedOut names the
 refused domains, and every other domain's batch landed.
+`begin_flush()` starts the single server's flush and returns before its answer (the core thread runs its next
+batch meanwhile): the pipeline goes out on the store's writer thread with the buffers it took, and every other
+call that touches Redis (a read, a flush, a claim) settles it first, so writes apply in order and reads see
+them; a flush that did not land puts its writes back in front of newer ones (flight.py).
 A `note()` goes to the domain its key names (the node's key table, else the URL in the key); a key that is
 not a URL goes to the node's orphan lines.
 
@@ -61,7 +65,6 @@ from typing import Any, Final
 
 import redis
 from redis.cluster import RedisCluster
-from redis.exceptions import NoScriptError
 
 from frontier_node.core.ports import StoreLost
 from frontier_node.core.records import Entry, Item, Kind, LinkLike
@@ -91,6 +94,7 @@ from frontier_node.store.redis.codec import (
     unpack_robots,
     unpack_row,
 )
+from frontier_node.store.redis.flight import Flight, Flights, Landed, Writer
 from frontier_node.store.redis.handoff import Batch, DomainHandoff, FencedOut
 from frontier_node.store.redis.mail import Mailroom, encode, link_messages, link_row
 from frontier_node.store.redis.scripts import Scripts
@@ -103,7 +107,7 @@ _JOURNAL_WINDOW: Final = 8192
 _SCAN_COUNT: Final = 2000
 
 
-class RedisStore(DomainHandoff):
+class RedisStore(Flights, DomainHandoff):
     """Implements core.ports.Store on Redis or Redis Cluster; see codec.py for the layout, above for fencing.
 
     `epoch` is the writer's ring epoch, read once per flush (a callable follows the node's ring watch).
@@ -146,6 +150,8 @@ class RedisStore(DomainHandoff):
         self._fenced_here: set[str] = set()
         self._named_writer: set[str] = set()  # domains whose writers set names this node (write_all skips the SADD)
         self._lost: StoreLost | None = None
+        self._flight: Flight | None = None  # the flush sent and not settled yet (flight.py)
+        self._writer: Writer | None = None  # started at the first begin_flush
         self._instance_key = f"{namespace}:{{all}}:instance"
         self._r.set(self._instance_key, uuid.uuid4().hex, nx=True)
         self.instance = text(self._r.get(self._instance_key))
@@ -173,6 +179,8 @@ class RedisStore(DomainHandoff):
 
     def domain_keys(self, domain: str) -> list[str]:
         """Every key the store has created for `domain` (for inspection and tests)."""
+        with self._lock:
+            self._settle()
         pattern = glob_escape(self._keys.domain(domain, "")) + "*"
         return sorted({text(k) for k in self._r.scan_iter(match=pattern, count=_SCAN_COUNT)})
 
@@ -348,7 +356,19 @@ class RedisStore(DomainHandoff):
         with self._lock:
             self._flush_locked()
 
+    def begin_flush(self) -> Flight | Landed:
+        """Start a flush and return without its answer: on a single server its pipeline is sent on the store's
+        writer thread, and `wait()` on the result settles it as `flush()` would have (see flight.py). Every
+        other call that touches Redis settles it first. On a Cluster the flush runs at once."""
+        with self._lock:
+            return self._begin(inline=False)
+
     def _flush_locked(self) -> None:
+        self._begin(inline=True).wait()
+
+    def _begin(self, *, inline: bool) -> Flight | Landed:
+        """Settle the flight out, then start flushing the buffers: on the writer thread, or `inline`."""
+        self._settle()
         if self._closed:
             raise RuntimeError("store is closed")
         self._guard()
@@ -365,16 +385,21 @@ class RedisStore(DomainHandoff):
             or self._posts
             or self._breaches
         ):
-            return
+            return Landed()
         epoch = int(self._epoch())
         if not 0 <= epoch < EPOCH_LIMIT:
             raise ValueError(f"ring epoch {epoch} out of range")
         if self._single:
-            self._flush_one(epoch)
-            return
-        self._flush_node(epoch)
-        if self._batches:
-            self._flush_domains(epoch)
+            return self._send_one(epoch, inline=inline)
+        try:
+            self._flush_node(epoch)
+            if self._batches:
+                self._flush_domains(epoch)
+        except Exception as e:
+            if inline:
+                raise
+            return Landed(e)
+        return Landed()
 
     def _place_notes(self) -> None:
         """Move buffered notes into their domain's batch, or the node's orphan lines when the key names none."""
@@ -402,35 +427,6 @@ class RedisStore(DomainHandoff):
                 return domain
         return None
 
-    def _flush_one(self, epoch: int) -> None:
-        """A flush on a single server in one round trip: the node-scoped writes, then one write_all script call
-        for every domain's batch (the fences checked in the script), in one pipeline."""
-        pipe = self._pipeline()
-        node = self._queue_node(pipe, epoch)
-        domains = list(self._batches)
-        call: tuple[list[str], list[object]] | None = None
-        if domains:
-            call = ([self._instance_key], [self.node_id, epoch, self.namespace, self.instance, *self._sections(epoch)])
-            pipe.execute_command("EVALSHA", self._scripts.shas["write_all"], 1, *call[0], *call[1])
-        elif not node:
-            return
-        answers = pipe.execute(raise_on_error=False)
-        if node:
-            *written, instance = answers[: len(answers) - (call is not None)]
-            for answer in written:
-                if isinstance(answer, BaseException):
-                    raise answer
-            self._node_done()
-            self._verify_instance(instance)
-        if call is None:
-            return
-        res = answers[-1]
-        if isinstance(res, NoScriptError):
-            res = self._scripts.eval("write_all", *call)
-        elif isinstance(res, BaseException):
-            raise res
-        self._applied(domains, epoch, res)
-
     def _sections(self, epoch: int) -> tuple[str, str, str]:
         """Every domain's batch as write_all takes it (see scripts.WRITE_ALL_LUA): the strings end to end, their
         lengths in bytes and five numbers per domain. No JSON string escaping on either side: that, and decoding
@@ -452,8 +448,8 @@ class RedisStore(DomainHandoff):
         lengths = list(map(len, strings)) if blob.isascii() else [len(s.encode()) for s in strings]
         return blob, compact_json(counts), compact_json(lengths)
 
-    def _applied(self, domains: list[str], epoch: int, res: Any) -> None:
-        """Settle the buffers after a write_all answer: StoreLost, FencedOut for the refused domains, else done."""
+    def _applied(self, batches: dict[str, Batch], epoch: int, res: Any) -> None:
+        """Settle after a write_all answer for `batches`: StoreLost, FencedOut for the refused domains, else done."""
         status = int(res[0])
         if status == 0:
             self._verify_instance(res[1])
@@ -466,8 +462,7 @@ class RedisStore(DomainHandoff):
         flat = [text(v) for v in res[1]]
         fenced = [FencedOut(flat[i], epoch, int(flat[i + 2]), flat[i + 1]) for i in range(0, len(flat), 3)]
         refused = {f.domain for f in fenced}
-        for domain in domains:
-            batch = self._batches.pop(domain)
+        for domain, batch in batches.items():
             if domain not in refused:
                 self._fenced_here.add(domain)
                 if batch.entries:
@@ -478,6 +473,7 @@ class RedisStore(DomainHandoff):
 
     def _flush_node(self, epoch: int) -> None:
         """Node-scoped writes, before any domain's: the domain set must name a domain before it holds data."""
+        self._settle()
         pipe = self._pipeline()
         if not self._queue_node(pipe, epoch):
             return
@@ -628,6 +624,7 @@ class RedisStore(DomainHandoff):
         with self._lock:
             if name in self._meta:
                 return self._meta[name]
+            self._settle()
         value = self._r.hget(self._keys.node + "meta", name)
         return None if value is None else text(value)
 
@@ -674,6 +671,7 @@ class RedisStore(DomainHandoff):
                 buffered = batch.rows.get(key)
                 if buffered is not None:
                     return unpack_row(key, pack_fields(buffered[1], buffered[0]))
+            self._settle()
         domain = self._key_domain(key)
         if not domain:
             return None
@@ -770,6 +768,8 @@ class RedisStore(DomainHandoff):
 
     def domain_counts(self, domain: str) -> dict[str, int]:
         """state -> number of rows of one domain (kept by the write script, no scan)."""
+        with self._lock:
+            self._settle()
         return {text(k): int(v) for k, v in self._r.hgetall(self._keys.domain(domain, "states")).items()}
 
     def held_domains(self) -> list[str]:
@@ -862,5 +862,7 @@ class RedisStore(DomainHandoff):
                 self._flush_locked()
             finally:
                 self._closed = True
+                if self._writer is not None:
+                    self._writer.close()
                 if self._owns_client:
                     self.client.close()

@@ -1,0 +1,79 @@
+"""One batch of the core thread on its way from its operations to its answers, and starting its store flush.
+
+`Batch` records what a batch's operations did (frontier_node/core_thread.py runs them) and what their answers wait
+on: its flush, started by `begin_flush`. A store that pipelines (`Pipelining`: the Redis store) sends the flush and
+returns at once, so the core thread can run the next batch while Redis applies this one; any other store flushes
+right there, and the flush has landed when `begin_flush` returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from frontier_node.core.ports import Store
+from frontier_node.ops import Op
+
+
+class Pending(Protocol):
+    """A flush started: `done` once its outcome is known; `when_ready(callback)` calls back (on any thread) once
+    `wait()` would not block; `wait()` waits for it and raises what the flush raised (Fenced for refused domains,
+    StoreLost, a connection error)."""
+
+    @property
+    def done(self) -> bool: ...
+
+    def when_ready(self, callback: Callable[[], None]) -> None: ...
+
+    def wait(self) -> None: ...
+
+
+@runtime_checkable
+class Pipelining(Protocol):
+    """A store whose flush can be started without waiting for it (see frontier_node/store/redis/flight.py)."""
+
+    def begin_flush(self) -> Pending: ...
+
+
+class Flushed:
+    """A flush that already ran: nothing to wait for; `wait()` raises its error, if any."""
+
+    done = True
+
+    def __init__(self, error: Exception | None = None) -> None:
+        self.error = error
+
+    def when_ready(self, callback: Callable[[], None]) -> None:
+        callback()
+
+    def wait(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+
+def begin_flush(store: Store) -> Pending:
+    """Start flushing `store`: in flight on a store that pipelines, else done here (an error is kept for `wait`)."""
+    try:
+        if isinstance(store, Pipelining):
+            return store.begin_flush()
+        store.flush()
+    except Exception as e:
+        return Flushed(e)
+    return Flushed()
+
+
+@dataclass(slots=True, eq=False)
+class Batch:
+    """The operations the core thread took at once, what running them did, and the flush their answers wait on."""
+
+    ops: list[Op[Any]]
+    ran: list[Op[Any]] = field(default_factory=list)  # wrote in this batch: told which domains its flush refused
+    finished: list[Op[Any]] = field(default_factory=list)  # answered once the flush landed
+    more: list[Op[Any]] = field(default_factory=list)  # slices left: run again once the flush landed
+    failed: list[tuple[Op[Any], BaseException]] = field(default_factory=list)  # answered with an error
+    parked: list[Op[Any]] = field(default_factory=list)  # joined the waiting Leases
+    error: BaseException | None = None  # what stopped the batch before its flush (a failing tick, StoreLost)
+    pending: Pending = field(default_factory=Flushed)
+    timing: ExitStack = field(default_factory=ExitStack)  # the store timer, from the flush's start to its landing

@@ -1,0 +1,274 @@
+"""A flush of the Redis store on its way: the buffers it took, the pipeline's answers to come, and its outcome.
+
+`RedisStore.begin_flush()` packs every buffered write into one pipeline, takes the buffers (writes buffered from
+then on start afresh) and sends the pipeline on the store's writer thread: the caller goes on with other work and
+calls `Flight.wait()` when it needs the outcome. The store settles a flight (reads the answers and settles the
+buffers by them, exactly as a synchronous flush does) at its `wait()` or at the store's next call that touches
+Redis, whichever comes first. So at most one flight is out, Redis applies the store's writes in the order they
+were begun, and every read sees every write begun before it.
+
+A flight that did not land (a connection error, a failed script) puts what it took back in front of the writes
+buffered since (`Taken.then`): to the store it is as if that flush had failed when it was begun, and the next
+flush sends both, in order.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis.exceptions import NoScriptError
+
+from frontier_node.core.records import Entry
+from frontier_node.store.redis.handoff import Batch
+from frontier_node.store.redis.scripts import Scripts
+
+
+@dataclass(slots=True)
+class Taken:
+    """The buffered writes of a RedisStore (see store.py): each domain's batch and the node-scoped writes."""
+
+    batches: dict[str, Batch] = field(default_factory=dict)
+    orphans: list[Entry] = field(default_factory=list)
+    meta: dict[str, str] = field(default_factory=dict)
+    new_domains: set[str] = field(default_factory=set)
+    new_keydom: dict[str, str] = field(default_factory=dict)
+    new_hostdom: dict[str, str] = field(default_factory=dict)
+    links_out: dict[str, list[list[object]]] = field(default_factory=dict)
+    posts: dict[str, list[str]] = field(default_factory=dict)
+    breaches: dict[str, str] = field(default_factory=dict)
+
+    def then(self, later: Taken) -> Taken:
+        """These writes followed by `later`'s, as one buffer holds them when both were buffered in that order (the
+        later row, record, value wins; lines, links and messages keep their order). Reuses both."""
+        batches = self.batches
+        for domain, batch in later.batches.items():
+            earlier = batches.get(domain)
+            if earlier is None:
+                batches[domain] = batch
+            else:
+                earlier.extend(batch)
+        links_out, posts = self.links_out, self.posts
+        for domain, rows in later.links_out.items():
+            links_out.setdefault(domain, []).extend(rows)
+        for domain, messages in later.posts.items():
+            posts.setdefault(domain, []).extend(messages)
+        return Taken(
+            batches,
+            self.orphans + later.orphans,
+            {**self.meta, **later.meta},
+            self.new_domains | later.new_domains,
+            {**self.new_keydom, **later.new_keydom},
+            {**self.new_hostdom, **later.new_hostdom},
+            links_out,
+            posts,
+            {**self.breaches, **later.breaches},
+        )
+
+
+class Flight:
+    """One flush sent and not settled yet. `wait()` settles it (unless a store call did first) and raises what the
+    flush raised: FencedOut for refused domains, StoreLost, a connection error."""
+
+    def __init__(
+        self,
+        settle: Callable[[Flight], None],
+        answers: Future[list[Any]],
+        taken: Taken,
+        *,
+        epoch: int,
+        node: bool,
+        call: tuple[list[str], list[object]] | None,
+    ) -> None:
+        self._settle = settle
+        self.answers = answers
+        self.taken = taken
+        self.epoch = epoch
+        self.node = node  # node-scoped writes were queued (their answers first, then the instance marker's)
+        self.call = call  # the write_all script call (KEYS, ARGV), last in the pipeline
+        self.error: BaseException | None = None
+        self.done = False  # settled
+
+    def when_ready(self, callback: Callable[[], None]) -> None:
+        """Call back (on the writer thread, or now) once the answers are in: `wait()` will not block on Redis."""
+        self.answers.add_done_callback(lambda _: callback())
+
+    def wait(self) -> None:
+        if not self.done:
+            self._settle(self)
+        if self.error is not None:
+            raise self.error
+
+
+class Landed:
+    """A flush with nothing left in flight (a Cluster's runs at once; or there was nothing to write)."""
+
+    done = True
+
+    def __init__(self, error: BaseException | None = None) -> None:
+        self.error = error
+
+    def when_ready(self, callback: Callable[[], None]) -> None:
+        callback()
+
+    def wait(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+
+class Writer:
+    """A daemon thread that sends a store's pipelines in order (a daemon: a Redis that stopped answering must not
+    hold the node's process at exit)."""
+
+    def __init__(self, name: str) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Future[list[Any]], Callable[[], list[Any]]] | None] = queue.SimpleQueue()
+        threading.Thread(target=self._run, name=name, daemon=True).start()
+
+    def submit(self, send: Callable[[], list[Any]]) -> Future[list[Any]]:
+        answers: Future[list[Any]] = Future()
+        self._jobs.put((answers, send))
+        return answers
+
+    def close(self) -> None:
+        self._jobs.put(None)
+
+    def _run(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            answers, send = job
+            try:
+                answers.set_result(send())
+            except BaseException as e:
+                answers.set_exception(e)
+
+
+class Flights:
+    """Flushes in flight for RedisStore (mixed in; see the module docstring). The store's lock is held."""
+
+    # What RedisStore provides.
+    node_id: str
+    namespace: str
+    instance: str
+    _instance_key: str
+    _scripts: Scripts
+    _flight: Flight | None
+    _writer: Writer | None
+    _lock: threading.RLock
+    _known_domains: set[str]
+    _batches: dict[str, Batch]
+    _orphans: list[Entry]
+    _meta: dict[str, str]
+    _new_domains: set[str]
+    _new_keydom: dict[str, str]
+    _new_hostdom: dict[str, str]
+    _links_out: dict[str, list[list[object]]]
+    _posts: dict[str, list[str]]
+    _breaches: dict[str, str]
+
+    def _pipeline(self) -> Any:
+        raise NotImplementedError
+
+    def _queue_node(self, pipe: Any, epoch: int) -> bool:
+        raise NotImplementedError
+
+    def _sections(self, epoch: int) -> tuple[str, str, str]:
+        raise NotImplementedError
+
+    def _applied(self, batches: dict[str, Batch], epoch: int, res: Any) -> None:
+        raise NotImplementedError
+
+    def _verify_instance(self, value: object) -> None:
+        raise NotImplementedError
+
+    def _settle(self) -> None:
+        """Wait for the flight out, if any, and settle the buffers by its answers; its error is kept for its
+        `wait()` (the lock is held)."""
+        flight = self._flight
+        if flight is None:
+            return
+        self._flight = None
+        try:
+            self._landed(flight)
+        except Exception as e:
+            flight.error = e
+        flight.done = True
+
+    def _settle_flight(self, flight: Flight) -> None:
+        with self._lock:
+            if self._flight is flight:
+                self._settle()
+
+    def _send_one(self, epoch: int, *, inline: bool) -> Flight | Landed:
+        """A flush on a single server in one round trip: the node-scoped writes, then one write_all script call
+        for every domain's batch (the fences checked in the script), in one pipeline, sent on the writer thread
+        or `inline`; the buffers go with it (flight.py)."""
+        pipe = self._pipeline()
+        node = self._queue_node(pipe, epoch)
+        call: tuple[list[str], list[object]] | None = None
+        if self._batches:
+            call = ([self._instance_key], [self.node_id, epoch, self.namespace, self.instance, *self._sections(epoch)])
+            pipe.execute_command("EVALSHA", self._scripts.shas["write_all"], 1, *call[0], *call[1])
+        elif not node:
+            return Landed()
+        answers: Future[list[Any]] = Future()
+        if inline:
+            try:
+                answers.set_result(pipe.execute(raise_on_error=False))
+            except Exception as e:
+                answers.set_exception(e)
+        else:
+            if self._writer is None:
+                self._writer = Writer(f"redis-flush-{self.node_id}")
+            answers = self._writer.submit(lambda: pipe.execute(raise_on_error=False))
+        self._flight = Flight(self._settle_flight, answers, self._take(), epoch=epoch, node=node, call=call)
+        return self._flight
+
+    def _landed(self, flight: Flight) -> None:
+        """Settle the buffers by a flight's answers: what landed is done; what did not goes back in front of the
+        writes buffered since, and its error is raised; StoreLost or FencedOut as a flush raises them."""
+        taken = flight.taken
+        try:
+            answers = flight.answers.result()
+            if flight.node:
+                *written, instance = answers[: len(answers) - (flight.call is not None)]
+                for answer in written:
+                    if isinstance(answer, BaseException):
+                        raise answer
+        except Exception:
+            self._put_back(taken)
+            raise
+        if flight.node:
+            self._known_domains |= taken.new_domains
+            self._verify_instance(instance)
+        if flight.call is None:
+            return
+        res = answers[-1]
+        try:
+            if isinstance(res, NoScriptError):
+                res = self._scripts.eval("write_all", *flight.call)
+            elif isinstance(res, BaseException):
+                raise res
+        except Exception:
+            self._put_back(Taken(taken.batches))
+            raise
+        self._applied(taken.batches, flight.epoch, res)
+
+    def _take(self) -> Taken:
+        """Every buffered write (notes placed), taken from the buffers: the store buffers afresh."""
+        taken = Taken(
+            self._batches, self._orphans, self._meta, self._new_domains, self._new_keydom, self._new_hostdom,
+            self._links_out, self._posts, self._breaches,
+        )  # fmt: skip
+        self._batches, self._orphans, self._meta, self._new_domains = {}, [], {}, set()
+        self._new_keydom, self._new_hostdom, self._links_out, self._posts, self._breaches = {}, {}, {}, {}, {}
+        return taken
+
+    def _put_back(self, taken: Taken) -> None:
+        """Buffer `taken` again, in front of what was buffered since (a flush that did not land)."""
+        m = taken.then(self._take())
+        self._batches, self._orphans, self._meta = m.batches, m.orphans, m.meta
+        self._new_domains, self._new_keydom, self._new_hostdom = m.new_domains, m.new_keydom, m.new_hostdom
+        self._links_out, self._posts, self._breaches = m.links_out, m.posts, m.breaches

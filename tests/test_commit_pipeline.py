@@ -1,0 +1,381 @@
+"""Commit pipelining on a real Redis: a batch's flush in flight while the core thread runs the next batch.
+
+Each test runs a redis-server of its own (CLIENT PAUSE and CLIENT KILL touch only it) and judges from a second
+connection what Redis holds:
+- a read of the store waits for the flush in flight and sees its writes (CLIENT PAUSE WRITE holds the flush back
+  while reads would go on, so a read that did not wait would see the old row);
+- a flush whose connection is killed mid-pipeline puts its writes back in front of newer ones: nothing is lost
+  and the newer row wins;
+- a fence met by a flush in flight is handled for its own batch's calls, and the batch that ran meanwhile is
+  refused by the same fence and told so;
+- an answered call's writes are in Redis when its answer arrives, while Redis holds writes back now and then;
+- Redis connections killed and redis-server SIGKILLed and restarted on its append-only file during a run lose
+  nothing: every answered completion is in Redis, and Redis ends with the core's counts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+import redis
+
+from frontier_node.core.config import FrontierConfig, PolitenessConfig
+from frontier_node.core.frontier import Frontier
+from frontier_node.core.records import Link
+from frontier_node.core.states import State
+from frontier_node.ops import Call, Discover
+from frontier_node.service import FrontierService
+from frontier_node.store.redis import RedisStore
+from frontier_node.store.redis.flight import Flight
+from hostring.clock import WallClock
+from hostring.limits import grpc_options
+from hostring.v1 import frontier_pb2 as pb
+from hostring.v1 import frontier_pb2_grpc as pb_grpc
+from hostring_testing.redis_server import RedisServer
+from tests.store_helpers import admit, make_entry, page
+from tests.test_node_shell import Served
+
+RPC_S = 20.0
+CONFIG = FrontierConfig(politeness=PolitenessConfig(min_delay_s=0.0))
+
+
+@pytest.fixture
+def srv(tmp_path: Path) -> Iterator[RedisServer]:
+    with RedisServer(tmp_path) as server:
+        yield server
+
+
+def held_back(admin: redis.Redis, others: int = 1) -> None:
+    """Wait until `others` clients other than `admin` are held by CLIENT PAUSE (flag b): a flush reached Redis."""
+    deadline = time.monotonic() + 10
+    while sum("b" in c["flags"] for c in admin.client_list()) < others:
+        assert time.monotonic() < deadline, "the flush never reached Redis"
+        time.sleep(0.005)
+
+
+# ============================================================================================== the store
+
+
+def test_a_read_waits_for_the_flush_in_flight_and_sees_its_writes(srv: RedisServer) -> None:
+    store = RedisStore.from_url(srv.url, node_id="n1", epoch=1)
+    other = RedisStore.from_url(srv.url, node_id="reader", epoch=1)
+    admin = redis.Redis.from_url(srv.url)
+    try:
+        a = page("/a", "h.example", 1)
+        jseq = admit(store, 1, a)
+        store.flush()
+        a.state = State.LEASED
+        store.record(make_entry(jseq, a.key, "scheduled", "lease", "leased"), a)
+        b = page("/b", "h.example", 2)
+        admit(store, jseq + 1, b)
+        admin.client_pause(400, all=False)
+        flight = store.begin_flush()
+        assert isinstance(flight, Flight) and not flight.done
+        held_back(admin)
+        row = store.get(a.key)  # Redis still holds the old row: only a read that waited sees the new one
+        assert row is not None and row.state is State.LEASED
+        assert flight.done, "the read did not settle the flight"
+        assert [it.key for it in store.backlog("h.example", (-(2**62), 0), 10)] == [b.key]
+        flight.wait()
+        seen = other.get(a.key)
+        assert seen is not None and seen.state is State.LEASED
+    finally:
+        admin.close()
+        other.close()
+        store.close()
+
+
+def test_a_flush_whose_connection_is_killed_is_sent_again_before_newer_writes(srv: RedisServer) -> None:
+    store = RedisStore.from_url(srv.url, node_id="n1", epoch=1)
+    other = RedisStore.from_url(srv.url, node_id="reader", epoch=1)
+    admin = redis.Redis.from_url(srv.url)
+    try:
+        a = page("/a", "h.example", 1)
+        jseq = admit(store, 1, a)
+        store.flush()
+        a.state = State.LEASED
+        store.record(make_entry(jseq, a.key, "scheduled", "lease", "leased"), a)
+        b = page("/b", "k.example", 2)
+        jseq = admit(store, jseq + 1, b)
+        store.set_meta("mark", "first")
+        admin.client_pause(5_000, all=False)
+        flight = store.begin_flush()
+        held_back(admin)
+        a.state = State.FETCHED  # newer writes, buffered while the flight is out
+        store.record(make_entry(jseq, a.key, "leased", "complete", "fetched"), a)
+        admin.client_kill_filter(_type="normal", skipme=True)
+        admin.client_unpause()
+        with pytest.raises(redis.ConnectionError):
+            flight.wait()
+        store.flush()
+        row, new = other.get(a.key), other.get(b.key)
+        assert row is not None and row.state is State.FETCHED, "the older write landed over the newer one"
+        assert new is not None and new.state is State.SCHEDULED, "the killed flush's new row was lost"
+        assert [e.event for e in other.history(a.key)] == ["admit", "schedule", "lease", "complete"]
+        same = RedisStore.from_url(srv.url, node_id="n1", epoch=1)
+        assert same.get_meta("mark") == "first", "the killed flush's node-scoped writes were lost"
+        same.close()
+    finally:
+        admin.close()
+        other.close()
+        store.close()
+
+
+# ============================================================================================== the core thread
+
+
+class Node:
+    """A FrontierService on a RedisStore, its core thread running; `submit` hands it ops from a loop of our own."""
+
+    def __init__(self, url: str, epoch: int = 1) -> None:
+        self.store = RedisStore.from_url(url, node_id="n1", epoch=epoch)
+        self.frontier = Frontier(self.store, WallClock(), CONFIG)
+        self.service = FrontierService(self.frontier)
+        self.fenced: list[set[str]] = []
+        self.service.on_fenced = self._let_go
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.service.start()
+
+    def _let_go(self, domains: set[str]) -> None:
+        self.fenced.append(set(domains))
+        self.frontier.release(domains)
+
+    def submit(self, *ops: Any, hold: bool = True) -> list[Future[Any]]:
+        """Queue `ops` in this order; with `hold`, all before the core thread can take any (the lock is held)."""
+        queued = [threading.Event() for _ in ops]
+
+        async def one(op: Any, done: threading.Event) -> Any:
+            answer = self.service.core.submit(op)
+            done.set()
+            return await answer
+
+        with self.service.cond if hold else contextlib.nullcontext():
+            futures = [
+                asyncio.run_coroutine_threadsafe(one(op, q), self.loop) for op, q in zip(ops, queued, strict=True)
+            ]
+            for q in queued:
+                assert q.wait(10)
+        return futures
+
+    def close(self) -> None:
+        self.service.stop()
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.store.close()
+
+
+def links(domain: str, n: int, prefix: str) -> list[Link]:
+    return [Link(observed=f"http://{domain}/{prefix}{i}", seed=True) for i in range(n)]
+
+
+def test_a_fence_met_by_a_flush_in_flight_is_handled_for_both_batches(srv: RedisServer) -> None:
+    """Batch N (Discover A in d.example) is flushed while batch N+1 (Discover B in d.example and e.example) runs; a
+    newer owner took d.example's fence before N's flush: A and B are both told d.example was refused, none of their
+    d.example rows is in Redis, B's e.example rows are, and the node let go of d.example."""
+    node = Node(srv.url)
+    newer = RedisStore.from_url(srv.url, node_id="n2", epoch=2)
+    try:
+        (ready,) = node.submit(Discover(links("d.example", 1, "seed")))
+        ready.result(RPC_S)
+        newer.claim("d.example", 2)
+        entered, go = threading.Event(), threading.Event()
+        gate = Call(lambda core: entered.set() or go.wait(10))
+        a, _ = node.submit(Discover(links("d.example", 5, "a")), gate)
+        assert entered.wait(10)  # the core thread runs batch N and waits in the gate
+        (b,) = node.submit(Discover([*links("d.example", 5, "b"), *links("e.example", 5, "b")]), hold=False)
+        go.set()  # batch N's flush starts; batch N+1 (B) runs before N lands
+        _, fenced_a = a.result(RPC_S)
+        verdicts_b, fenced_b = b.result(RPC_S)
+        assert fenced_a == {"d.example"}
+        assert fenced_b == {"d.example"}, "the batch that ran meanwhile was answered as if d.example landed"
+        keys = {k.decode() for k in newer.client.hkeys("hostring:{d:d.example}:items")}
+        assert not any("/a" in k or "/b" in k for k in keys), keys
+        e_rows = {k.decode() for k in newer.client.hkeys("hostring:{d:e.example}:items")}
+        assert {f"http://e.example/b{i}" for i in range(5)} <= e_rows
+        assert node.fenced and all(f == {"d.example"} for f in node.fenced)
+        assert len(verdicts_b) == 10
+    finally:
+        newer.close()
+        node.close()
+
+
+# ============================================================================================== served over gRPC
+
+
+def served(url: str) -> tuple[Served, RedisStore, Frontier]:
+    store = RedisStore.from_url(url, node_id="n1", epoch=1)
+    frontier = Frontier(store, WallClock(), CONFIG)
+    return Served(FrontierService(frontier)), store, frontier
+
+
+def seed(stub: pb_grpc.FrontierStub, hosts: int, per_host: int) -> None:
+    """Admit per_host pages on each of `hosts` hosts and settle every robots.txt (404: allow all)."""
+    urls = [f"http://h{h}.example/p{i}" for i in range(per_host) for h in range(hosts)]
+    for start in range(0, len(urls), 500):
+        request = pb.DiscoverRequest(links=[pb.Link(observed=u, seed=True) for u in urls[start : start + 500]])
+        stub.Discover(request, timeout=RPC_S)
+    while True:
+        items = stub.Lease(pb.LeaseRequest(worker_id="robots", max_items=200), timeout=RPC_S).items
+        robots = [it for it in items if it.kind == pb.ROBOTS]
+        stub.CompleteBatch(completions(items), timeout=RPC_S)
+        if not robots:
+            return
+
+
+_digests = itertools.count(1)
+
+
+def completions(items: Any) -> pb.CompleteBatchRequest:
+    out = []
+    for it in items:
+        if it.kind == pb.ROBOTS:
+            outcome = pb.Outcome(status=404, retry_after_s=-1)
+        else:
+            n = next(_digests)
+            outcome = pb.Outcome(status=200, retry_after_s=-1, content_type="text/html", body_digest=f"sha256:{n:064x}")
+        out.append(pb.CompleteRequest(lease_id=it.lease_id, generation=it.generation, outcome=outcome))
+    return pb.CompleteBatchRequest(completions=out)
+
+
+def streams(address: str, count: int, may_end: Callable[[], bool], on_answer: Callable[[str, list[str]], None]) -> None:
+    """`count` workers, each Lease(50) then CompleteBatch of what it got, until a Lease gets nothing once `may_end()`;
+    `on_answer(kind, keys)` right after each answer (kind "leased" or "fetched": the keys it reported so)."""
+    errors: list[BaseException] = []
+
+    def worker(n: int) -> None:
+        try:
+            with grpc.insecure_channel(address, options=grpc_options()) as channel:
+                stub = pb_grpc.FrontierStub(channel)  # type: ignore[no-untyped-call]
+                while True:
+                    try:
+                        items = stub.Lease(pb.LeaseRequest(worker_id=f"w{n}", max_items=50), timeout=RPC_S).items
+                        if not items and may_end():
+                            return
+                        if not items:
+                            time.sleep(0.05)
+                            continue
+                        on_answer("leased", [it.url for it in items])
+                        results = stub.CompleteBatch(completions(items), timeout=RPC_S).results
+                        on_answer("fetched", [it.url for it, r in zip(items, results, strict=True) if r.accepted])
+                    except grpc.RpcError as e:
+                        if e.code() is not grpc.StatusCode.UNKNOWN and e.code() is not grpc.StatusCode.UNAVAILABLE:
+                            raise
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    if errors:
+        raise errors[0]
+
+
+def test_answers_arrive_only_after_their_writes_are_in_redis(srv: RedisServer) -> None:
+    """Two workers Lease and CompleteBatch while Redis holds writes back for 100 ms now and then (CLIENT PAUSE
+    WRITE): right after each answer, a second connection finds every leased or fetched item in that state."""
+    node, store, _ = served(srv.url)
+    judge = RedisStore.from_url(srv.url, node_id="judge", epoch=1)
+    admin = redis.Redis.from_url(srv.url)
+    stop = threading.Event()
+    answers = [0]
+    wrong: list[tuple[str, str, str]] = []
+
+    def pauses() -> None:
+        while not stop.wait(0.15):
+            admin.client_pause(100, all=False)
+
+    def check(kind: str, keys: list[str]) -> None:
+        want = State.LEASED if kind == "leased" else State.FETCHED
+        for key in keys:
+            row = judge.get(key)
+            state = row.state if row is not None else None
+            if state is not want and not (want is State.LEASED and state is State.FETCHED):
+                wrong.append((kind, key, str(state)))
+        answers[0] += 1
+
+    pauser = threading.Thread(target=pauses, daemon=True)
+    try:
+        with grpc.insecure_channel(node.address, options=grpc_options()) as channel:
+            seed(pb_grpc.FrontierStub(channel), hosts=100, per_host=8)  # type: ignore[no-untyped-call]
+        pauser.start()
+        streams(node.address, 2, lambda: True, check)
+    finally:
+        stop.set()
+        pauser.join(5)
+        node.close()
+        judge.close()
+        admin.close()
+        store.close()
+    assert answers[0] > 20
+    assert not wrong, f"{len(wrong)} answers came before their writes were in Redis, e.g. {wrong[:3]}"
+
+
+@pytest.mark.timeout(180)
+def test_killed_connections_and_a_redis_restart_lose_nothing(tmp_path: Path) -> None:
+    """Two workers Lease and CompleteBatch while every Redis connection is killed every 50 ms (CLIENT KILL), then
+    redis-server is SIGKILLed and started again on its append-only file; they go on until nothing is left to lease.
+    Calls may fail meanwhile (an item whose Lease failed stays leased), but every completion answered accepted is
+    fetched in Redis, and once the node stopped Redis holds the core's counts."""
+    aof = ("--appendonly", "yes", "--appendfsync", "always")
+    srv = RedisServer(tmp_path, *aof)
+    node, store, frontier = served(srv.url)
+    fetched: set[str] = set()
+    chaos_over = threading.Event()
+
+    def chaos() -> None:
+        nonlocal srv
+        admin = redis.Redis.from_url(srv.url)
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 1.5:
+            with contextlib.suppress(redis.ConnectionError):
+                admin.client_kill_filter(_type="normal", skipme=True)
+            time.sleep(0.05)
+        admin.close()
+        srv.proc.kill()
+        srv.proc.wait(10)
+        time.sleep(1.0)
+        srv = RedisServer(tmp_path, *aof, port=srv.port)
+        chaos_over.set()
+
+    def answered(kind: str, keys: list[str]) -> None:
+        if kind == "fetched":
+            fetched.update(keys)
+
+    judge: RedisStore | None = None
+    try:
+        try:
+            with grpc.insecure_channel(node.address, options=grpc_options()) as channel:
+                seed(pb_grpc.FrontierStub(channel), hosts=200, per_host=10)  # type: ignore[no-untyped-call]
+            chaotic = threading.Thread(target=chaos)
+            chaotic.start()
+            streams(node.address, 2, chaos_over.is_set, answered)
+            chaotic.join(30)
+            assert chaos_over.is_set()
+        finally:
+            node.close()
+            store.close()
+        assert not store.lost, "a Redis restarted with its data was reported lost"
+        judge = RedisStore.from_url(srv.url, node_id="n1", epoch=1)
+        assert len(fetched) > 100
+        lost = [key for key in sorted(fetched) if (row := judge.get(key)) is None or row.state is not State.FETCHED]
+        assert not lost, f"{len(lost)} completions answered accepted are not fetched in Redis, e.g. {lost[:3]}"
+        core = {s: n for s, n in frontier.stats().urls_by_state.items() if n}
+        assert judge.counts_by_state() == core, "Redis does not hold what the core holds: writes were lost"
+    finally:
+        if judge is not None:
+            judge.close()
+        srv.stop()
