@@ -734,7 +734,8 @@ _NEAR_CANONICAL = st.builds(
     "{}://{}{}{}{}{}".format,
     st.sampled_from(["http", "https", "HTTP", "Https", "ftp", "http:", "htt"]),
     st.sampled_from(["site1.com", "SITE1.COM", "a_b.example", "127.1", "0x7f.0.0.1", "xn--bcher-kva.example",
-                     "a..b", "a.com.", "", "-x.org", "a.com:80", "a.com:0443", "a.com:", "a.com:99999", "u@a.com"]),
+                     "a..b", "a.com.", "", "-x.org", "a.com:80", "a.com:0443", "a.com:", "a.com:99999", "u@a.com",
+                     "Site1.Com:80", "A_B.EXAMPLE:8080", "XN--BCHER-KVA.EXAMPLE", "A..B", "0X7F.0.0.1:0080"]),
     st.lists(st.sampled_from(["a", "b.c", ".", "..", ".x", "%7e", "%2F", "%", "~!$&'()*+,;=:@-_", ""]), max_size=4)
     .map(lambda segments: "".join("/" + s for s in segments)),
     st.sampled_from(["", "?", "?a=1", "?utm_source=x", "?a=1&gclid=2&b", "?x=%2f", "?q=a b", "??x"]),

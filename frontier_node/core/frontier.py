@@ -157,17 +157,23 @@ class Frontier(RobotsItems, Handback, RevisitItems):
         abandoned = self._abandoned
         # Per batch, not per link: whether a link can be refused outright at all (scope or redirect hops).
         open_scope, max_hops = self._config.scope == "all", self._config.max_redirect_hops
+        identities = self._identities
         for link in links:
             if len(link.payload) > MAX_LINK_PAYLOAD_BYTES:
                 verdicts[("rejected", "payload_too_large")] += 1
                 append(_verdict((Verdict.REJECTED, "payload_too_large", "", "")))
                 continue
-            try:
-                ident, h = self._identify(link.observed, link.base_url)
-            except UrlRejected as e:
-                verdicts[("rejected", e.reason.value)] += 1
-                append(_verdict((Verdict.REJECTED, e.reason.value, "", "")))
-                continue
+            observed, base = link.observed, link.base_url
+            ck = reference_key(observed, base)
+            hit = identities.get(ck)
+            if hit is None:
+                try:
+                    hit = self._identify(ck, observed, base)
+                except UrlRejected as e:
+                    verdicts[("rejected", e.reason.value)] += 1
+                    append(_verdict((Verdict.REJECTED, e.reason.value, "", "")))
+                    continue
+            ident, h = hit
             key, domain = ident.fetch_key, ident.domain
             if not owns(domain):
                 verdicts[("wrong_owner", "")] += 1
@@ -220,19 +226,14 @@ class Frontier(RobotsItems, Handback, RevisitItems):
                 log.save_breaches(domain, budgets.of_domain(domain))
         budgets.dirty.clear()
 
-    def _identify(self, observed: str, base: str) -> tuple[UrlIdentity, int]:
-        """identify() and the key's fingerprint, remembering recent answers: pages repeat navigation links.
-
-        The cache key is what the answer depends on (hostring.urls.reference_key).
-        """
-        ck = reference_key(observed, base)
+    def _identify(self, ck: object, observed: str, base: str) -> tuple[UrlIdentity, int]:
+        """identify() and the key's fingerprint, remembered under `ck`, its reference_key (what the answer depends on):
+        pages repeat navigation links, and discover() looks the cache up itself before it calls this."""
+        ident = identify(observed, base, max_length=self._max_url_length)
         cache = self._identities
-        hit = cache.get(ck)
-        if hit is None:
-            ident = identify(observed, base, max_length=self._max_url_length)
-            if len(cache) >= _CACHE_LIMIT:
-                cache.clear()
-            hit = cache[ck] = (ident, key_hash(ident.fetch_key))
+        if len(cache) >= _CACHE_LIMIT:
+            cache.clear()
+        hit = cache[ck] = (ident, key_hash(ident.fetch_key))
         return hit
 
     def _refusal(self, host: str, domain: str, redirect_hops: int) -> str:
