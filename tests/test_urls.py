@@ -760,6 +760,29 @@ def test_canonical_fast_path_gives_the_full_normalisers_answer(url: str, max_len
     assert identify(url, max_length=max_length) == expected
 
 
+@settings(max_examples=500, deadline=None)
+@given(
+    url=st.one_of(_NEAR_CANONICAL, st.sampled_from(["/a", "../b?utm_source=x", "//h.example/p", "#f", "mailto:x"])),
+    base=st.sampled_from(["", "http://h.example/x/y", "HTTPS://H.EXAMPLE:443/q/"]),
+    max_length=st.sampled_from([2048, 24]),
+)
+def test_fetch_target_is_identifys_answer(url: str, base: str, max_length: int) -> None:
+    """fetch_target(), the frontier's way in, answers identify()'s key, host, origin and domain, or its rejection."""
+    from hostring.urls import FetchTarget, fetch_target
+
+    try:
+        ident = identify(url, base, max_length=max_length)
+    except UrlRejected as e:
+        with pytest.raises(UrlRejected) as got:
+            fetch_target(url, base, max_length=max_length)
+        assert got.value.reason == e.reason
+        return
+    assert ident.url == ident.fetch_key
+    assert fetch_target(url, base, max_length=max_length) == FetchTarget(
+        ident.fetch_key, ident.host, ident.origin, ident.domain
+    )
+
+
 def test_canonical_fast_path_takes_the_common_links() -> None:
     """The plain spellings of a crawl's links (upper case, default port, tracking query, fragment) take it."""
     from hostring.urls import _canonical_identity

@@ -39,7 +39,7 @@ from frontier_node.core.states import Event, State, next_state
 from frontier_node.core.views import CoverageInput, FrontierStats, HostView
 from hostring.clock import Clock
 from hostring.limits import MAX_LINK_PAYLOAD_BYTES
-from hostring.urls import UrlIdentity, UrlRejected, identify, reference_key
+from hostring.urls import FetchTarget, UrlRejected, fetch_target, reference_key
 
 __all__ = ["Completion", "Frontier", "LeaseError"]
 
@@ -106,7 +106,7 @@ class Frontier(RobotsItems, Handback, RevisitItems):
         self._item_seq = 0
         self._run_id = run_id
         self._now = clock.now()
-        self._identities: dict[object, tuple[UrlIdentity, int]] = {}
+        self._identities: dict[object, tuple[FetchTarget, int]] = {}
         self._admission_window = max(1, min(config.window, config.admission_window))
         self._read_ahead: dict[str, list[Item]] = {}  # host -> its queued rows, read before a drain (_read_backlogs)
         self._max_url_length = config.budgets.max_url_length
@@ -193,7 +193,7 @@ class Frontier(RobotsItems, Handback, RevisitItems):
                 verdicts[("rejected", reason)] += 1
                 append(_verdict((Verdict.REJECTED, reason, key, domain)))
                 continue
-            rule = budgets.check(ident.url, ident.host, domain, link.depth)
+            rule = budgets.check(key, ident.host, domain, link.depth)
             if rule is None and (ident.host in abandoned or ident.origin in abandoned):
                 rule = abandoned.get(ident.origin) or abandoned[ident.host]
                 if rule in POLICY_REFUSALS:  # kept as a row, so that a run under a wider policy reconsiders it
@@ -208,7 +208,7 @@ class Frontier(RobotsItems, Handback, RevisitItems):
                 append(_verdict((Verdict.SUPPRESSED, rule, key, domain)))
                 continue
             seen.add(h)
-            budgets.charge(ident.url, ident.host, domain)
+            budgets.charge(key, ident.host, domain)
             self._admit(self._new_item(ident, link))
             verdicts[("admitted", "")] += 1
             append(_verdict((Verdict.ADMITTED, "", key, domain)))
@@ -226,10 +226,11 @@ class Frontier(RobotsItems, Handback, RevisitItems):
                 log.save_breaches(domain, budgets.of_domain(domain))
         budgets.dirty.clear()
 
-    def _identify(self, ck: object, observed: str, base: str) -> tuple[UrlIdentity, int]:
-        """identify() and the key's fingerprint, remembered under `ck`, its reference_key (what the answer depends on):
-        pages repeat navigation links, and discover() looks the cache up itself before it calls this."""
-        ident = identify(observed, base, max_length=self._max_url_length)
+    def _identify(self, ck: object, observed: str, base: str) -> tuple[FetchTarget, int]:
+        """The link's fetch target (identify()'s key, host, origin and domain) and the key's fingerprint, remembered
+        under `ck`, its reference_key (what the answer depends on): pages repeat navigation links, and discover()
+        looks the cache up itself before it calls this."""
+        ident = fetch_target(observed, base, max_length=self._max_url_length)
         cache = self._identities
         if len(cache) >= _CACHE_LIMIT:
             cache.clear()
@@ -266,12 +267,12 @@ class Frontier(RobotsItems, Handback, RevisitItems):
         self._item_seq += 1
         return self._item_seq
 
-    def _new_item(self, ident: UrlIdentity, link: LinkLike) -> Item:
-        return Item(ident.fetch_key, ident.url, ident.host, ident.origin, ident.domain, Kind.PAGE, link.depth,
+    def _new_item(self, ident: FetchTarget, link: LinkLike) -> Item:
+        return Item(ident.fetch_key, ident.fetch_key, ident.host, ident.origin, ident.domain, Kind.PAGE, link.depth,
                     link.priority, self._next_seq(), link.redirect_hops, source=link.source_key,
                     payload=link.payload)  # fmt: skip
 
-    def _reject(self, ident: UrlIdentity, link: LinkLike, reason: str) -> None:
+    def _reject(self, ident: FetchTarget, link: LinkLike, reason: str) -> None:
         item = self._new_item(ident, link)
         item.payload = b""  # kept for items that will be leased only
         self._move(item, Event.REJECT, reason, data=pack_admit(item))
