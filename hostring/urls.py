@@ -13,8 +13,8 @@ import ipaddress
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from functools import lru_cache, partial
-from typing import Final, NamedTuple, cast
+from functools import lru_cache
+from typing import Final, NamedTuple
 
 import idna
 
@@ -25,14 +25,12 @@ __all__ = [
     "DEFAULT_QUERY_POLICY",
     "ROBOTS_PREFIX",
     "WEB_SCHEMES",
-    "FetchTarget",
     "ParamClass",
     "QueryPolicy",
     "RejectReason",
     "UrlIdentity",
     "UrlRejected",
     "domain_of",
-    "fetch_target",
     "identify",
     "normalize",
     "reference_key",
@@ -684,49 +682,6 @@ def _canonical_identity(
     if key == observed:
         key = observed  # most links are written as their key: keep one string for both (caches and items hold it)
     return _make_identity(observed, observed, key, scheme, auth, fragment or "")
-
-
-class FetchTarget(NamedTuple):
-    """What a frontier keeps of a link's identity: the fetch key (which is also the URL fetched), the host, the
-    origin and the registrable domain."""
-
-    fetch_key: str
-    host: str
-    origin: str
-    domain: str
-
-
-_target = cast(Callable[[tuple[str, str, str, str]], FetchTarget], partial(tuple.__new__, FetchTarget))
-
-
-def fetch_target(
-    observed: str,
-    base: str = "",
-    *,
-    policy: QueryPolicy = DEFAULT_QUERY_POLICY,
-    max_length: int = 2048,
-    schemes: frozenset[str] = WEB_SCHEMES,
-) -> FetchTarget:
-    """identify()'s fetch key, host, origin and domain (or its UrlRejected), without building the UrlIdentity.
-
-    The frontier admits every link through here: a link already in canonical form costs the regular expression,
-    the cached authority and one small tuple (a UrlIdentity's ten slots cost about as much as the rest of the fast
-    path). The lines below are _canonical_identity's; tests hold the two to the same answers.
-    """
-    m = _CANONICAL.fullmatch(observed)
-    if m is not None:
-        scheme, authority, path, query, _ = m.groups()
-        scheme = "https" if len(scheme) == 5 else "http"
-        if scheme in schemes and not (path and "/." in path):
-            auth = _authority(scheme, authority.lower())
-            if auth.reason is None:
-                if query:
-                    query = policy.filter_query(query)
-                key = f"{auth.origin}{path or '/'}?{query}" if query else f"{auth.origin}{path or '/'}"
-                if len(key) <= max_length:
-                    return _target((observed if key == observed else key, auth.host, auth.origin, auth.domain))
-    ident = _identify_general(observed, base, policy, max_length, schemes)
-    return _target((ident.fetch_key, ident.host, ident.origin, ident.domain))
 
 
 def _identify_general(

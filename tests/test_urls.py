@@ -768,7 +768,7 @@ def test_canonical_fast_path_gives_the_full_normalisers_answer(url: str, max_len
 )
 def test_fetch_target_is_identifys_answer(url: str, base: str, max_length: int) -> None:
     """fetch_target(), the frontier's way in, answers identify()'s key, host, origin and domain, or its rejection."""
-    from hostring.urls import FetchTarget, fetch_target
+    from hostring.targets import FetchTarget, fetch_target
 
     try:
         ident = identify(url, base, max_length=max_length)

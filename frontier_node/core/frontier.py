@@ -39,7 +39,8 @@ from frontier_node.core.states import Event, State, next_state
 from frontier_node.core.views import CoverageInput, FrontierStats, HostView
 from hostring.clock import Clock
 from hostring.limits import MAX_LINK_PAYLOAD_BYTES
-from hostring.urls import FetchTarget, UrlRejected, fetch_target, reference_key
+from hostring.targets import FetchTarget, fetch_target
+from hostring.urls import UrlRejected, reference_key
 
 __all__ = ["Completion", "Frontier", "LeaseError"]
 
