@@ -477,7 +477,7 @@ def _port(scheme: str, text: str | None) -> tuple[int, str]:
     return port, ""
 
 
-@lru_cache(maxsize=16384)
+@lru_cache(maxsize=1 << 15)
 def _authority(scheme: str, authority: str) -> _Authority:
     """Everything that depends only on scheme and authority, computed once per distinct pair."""
 
@@ -666,10 +666,12 @@ def _canonical_identity(
     if m is None:
         return None
     scheme, authority, path, query, fragment = m.groups()
-    scheme = scheme.lower()
+    scheme = "https" if len(scheme) == 5 else "http"  # the pattern's only two, in any case: one string each, shared
     if scheme not in schemes or (path and "/." in path):
         return None
-    auth = _authority(scheme, authority)
+    # The pattern allows only ASCII letters, digits and "_-.:" here, where case never matters (the host is lower-cased
+    # and a port is digits): one cache entry serves every spelling, so a node with many hosts does not thrash it.
+    auth = _authority(scheme, authority.lower())
     if auth.reason is not None:
         return None
     if query:
@@ -677,6 +679,8 @@ def _canonical_identity(
     key = f"{auth.origin}{path or '/'}?{query}" if query else f"{auth.origin}{path or '/'}"
     if len(key) > max_length:
         return None
+    if key == observed:
+        key = observed  # most links are written as their key: keep one string for both (caches and items hold it)
     return _make_identity(observed, observed, key, scheme, auth, fragment or "")
 
 

@@ -734,7 +734,8 @@ _NEAR_CANONICAL = st.builds(
     "{}://{}{}{}{}{}".format,
     st.sampled_from(["http", "https", "HTTP", "Https", "ftp", "http:", "htt"]),
     st.sampled_from(["site1.com", "SITE1.COM", "a_b.example", "127.1", "0x7f.0.0.1", "xn--bcher-kva.example",
-                     "a..b", "a.com.", "", "-x.org", "a.com:80", "a.com:0443", "a.com:", "a.com:99999", "u@a.com"]),
+                     "a..b", "a.com.", "", "-x.org", "a.com:80", "a.com:0443", "a.com:", "a.com:99999", "u@a.com",
+                     "Site1.Com:80", "A_B.EXAMPLE:8080", "XN--BCHER-KVA.EXAMPLE", "A..B", "0X7F.0.0.1:0080"]),
     st.lists(st.sampled_from(["a", "b.c", ".", "..", ".x", "%7e", "%2F", "%", "~!$&'()*+,;=:@-_", ""]), max_size=4)
     .map(lambda segments: "".join("/" + s for s in segments)),
     st.sampled_from(["", "?", "?a=1", "?utm_source=x", "?a=1&gclid=2&b", "?x=%2f", "?q=a b", "??x"]),
@@ -757,6 +758,29 @@ def test_canonical_fast_path_gives_the_full_normalisers_answer(url: str, max_len
         assert got.value.reason == e.reason
         return
     assert identify(url, max_length=max_length) == expected
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    url=st.one_of(_NEAR_CANONICAL, st.sampled_from(["/a", "../b?utm_source=x", "//h.example/p", "#f", "mailto:x"])),
+    base=st.sampled_from(["", "http://h.example/x/y", "HTTPS://H.EXAMPLE:443/q/"]),
+    max_length=st.sampled_from([2048, 24]),
+)
+def test_fetch_target_is_identifys_answer(url: str, base: str, max_length: int) -> None:
+    """fetch_target(), the frontier's way in, answers identify()'s key, host, origin and domain, or its rejection."""
+    from hostring.targets import FetchTarget, fetch_target
+
+    try:
+        ident = identify(url, base, max_length=max_length)
+    except UrlRejected as e:
+        with pytest.raises(UrlRejected) as got:
+            fetch_target(url, base, max_length=max_length)
+        assert got.value.reason == e.reason
+        return
+    assert ident.url == ident.fetch_key
+    assert fetch_target(url, base, max_length=max_length) == FetchTarget(
+        ident.fetch_key, ident.host, ident.origin, ident.domain
+    )
 
 
 def test_canonical_fast_path_takes_the_common_links() -> None:

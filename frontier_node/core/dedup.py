@@ -76,8 +76,18 @@ class SeenSet:
         return True
 
     def __contains__(self, h: int) -> bool:
-        slots = self._slots
-        return bool(slots[_probe(slots, self._size, h)] == h)
+        """_probe written out: every discovered link asks, most of them duplicates."""
+        slots, size = self._slots, self._size
+        i = (h * size) >> 64
+        while True:
+            v = slots[i]
+            if v == h:
+                return True
+            if v == _EMPTY:
+                return False
+            i += 1
+            if i == size:
+                i = 0
 
     def _grow(self) -> None:
         old = self._slots

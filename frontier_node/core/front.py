@@ -71,9 +71,9 @@ class FrontLayer:
 
     def wake(self, host: Host, at: float) -> None:
         """Put `host` in the ready heap for time `at` if it can use a slot; keeps one live entry per host."""
-        if host.paused or host.gave_up or host.in_flight >= host.limit(self._policy) or not host.has_work():
-            return
         if host.in_heap and self._ready and host.heap_at <= at:
+            return  # first: every link admitted to a queued host ends here, and both tests only return
+        if host.paused or host.gave_up or host.in_flight >= host.limit(self._policy) or not host.has_work():
             return
         host.heap_version += 1
         host.heap_at = at

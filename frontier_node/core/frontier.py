@@ -39,7 +39,8 @@ from frontier_node.core.states import Event, State, next_state
 from frontier_node.core.views import CoverageInput, FrontierStats, HostView
 from hostring.clock import Clock
 from hostring.limits import MAX_LINK_PAYLOAD_BYTES
-from hostring.urls import UrlIdentity, UrlRejected, identify, reference_key
+from hostring.targets import FetchTarget, fetch_target
+from hostring.urls import UrlRejected, reference_key
 
 __all__ = ["Completion", "Frontier", "LeaseError"]
 
@@ -106,7 +107,7 @@ class Frontier(RobotsItems, Handback, RevisitItems):
         self._item_seq = 0
         self._run_id = run_id
         self._now = clock.now()
-        self._identities: dict[object, tuple[UrlIdentity, int]] = {}
+        self._identities: dict[object, tuple[FetchTarget, int]] = {}
         self._admission_window = max(1, min(config.window, config.admission_window))
         self._read_ahead: dict[str, list[Item]] = {}  # host -> its queued rows, read before a drain (_read_backlogs)
         self._max_url_length = config.budgets.max_url_length
@@ -157,17 +158,23 @@ class Frontier(RobotsItems, Handback, RevisitItems):
         abandoned = self._abandoned
         # Per batch, not per link: whether a link can be refused outright at all (scope or redirect hops).
         open_scope, max_hops = self._config.scope == "all", self._config.max_redirect_hops
+        identities = self._identities
         for link in links:
             if len(link.payload) > MAX_LINK_PAYLOAD_BYTES:
                 verdicts[("rejected", "payload_too_large")] += 1
                 append(_verdict((Verdict.REJECTED, "payload_too_large", "", "")))
                 continue
-            try:
-                ident, h = self._identify(link.observed, link.base_url)
-            except UrlRejected as e:
-                verdicts[("rejected", e.reason.value)] += 1
-                append(_verdict((Verdict.REJECTED, e.reason.value, "", "")))
-                continue
+            observed, base = link.observed, link.base_url
+            ck = reference_key(observed, base)
+            hit = identities.get(ck)
+            if hit is None:
+                try:
+                    hit = self._identify(ck, observed, base)
+                except UrlRejected as e:
+                    verdicts[("rejected", e.reason.value)] += 1
+                    append(_verdict((Verdict.REJECTED, e.reason.value, "", "")))
+                    continue
+            ident, h = hit
             key, domain = ident.fetch_key, ident.domain
             if not owns(domain):
                 verdicts[("wrong_owner", "")] += 1
@@ -187,7 +194,7 @@ class Frontier(RobotsItems, Handback, RevisitItems):
                 verdicts[("rejected", reason)] += 1
                 append(_verdict((Verdict.REJECTED, reason, key, domain)))
                 continue
-            rule = budgets.check(ident.url, ident.host, domain, link.depth)
+            rule = budgets.check(key, ident.host, domain, link.depth)
             if rule is None and (ident.host in abandoned or ident.origin in abandoned):
                 rule = abandoned.get(ident.origin) or abandoned[ident.host]
                 if rule in POLICY_REFUSALS:  # kept as a row, so that a run under a wider policy reconsiders it
@@ -202,7 +209,7 @@ class Frontier(RobotsItems, Handback, RevisitItems):
                 append(_verdict((Verdict.SUPPRESSED, rule, key, domain)))
                 continue
             seen.add(h)
-            budgets.charge(ident.url, ident.host, domain)
+            budgets.charge(key, ident.host, domain)
             self._admit(self._new_item(ident, link))
             verdicts[("admitted", "")] += 1
             append(_verdict((Verdict.ADMITTED, "", key, domain)))
@@ -220,19 +227,15 @@ class Frontier(RobotsItems, Handback, RevisitItems):
                 log.save_breaches(domain, budgets.of_domain(domain))
         budgets.dirty.clear()
 
-    def _identify(self, observed: str, base: str) -> tuple[UrlIdentity, int]:
-        """identify() and the key's fingerprint, remembering recent answers: pages repeat navigation links.
-
-        The cache key is what the answer depends on (hostring.urls.reference_key).
-        """
-        ck = reference_key(observed, base)
+    def _identify(self, ck: object, observed: str, base: str) -> tuple[FetchTarget, int]:
+        """The link's fetch target (identify()'s key, host, origin and domain) and the key's fingerprint, remembered
+        under `ck`, its reference_key (what the answer depends on): pages repeat navigation links, and discover()
+        looks the cache up itself before it calls this."""
+        ident = fetch_target(observed, base, max_length=self._max_url_length)
         cache = self._identities
-        hit = cache.get(ck)
-        if hit is None:
-            ident = identify(observed, base, max_length=self._max_url_length)
-            if len(cache) >= _CACHE_LIMIT:
-                cache.clear()
-            hit = cache[ck] = (ident, key_hash(ident.fetch_key))
+        if len(cache) >= _CACHE_LIMIT:
+            cache.clear()
+        hit = cache[ck] = (ident, key_hash(ident.fetch_key))
         return hit
 
     def _refusal(self, host: str, domain: str, redirect_hops: int) -> str:
@@ -265,12 +268,12 @@ class Frontier(RobotsItems, Handback, RevisitItems):
         self._item_seq += 1
         return self._item_seq
 
-    def _new_item(self, ident: UrlIdentity, link: LinkLike) -> Item:
-        return Item(ident.fetch_key, ident.url, ident.host, ident.origin, ident.domain, Kind.PAGE, link.depth,
+    def _new_item(self, ident: FetchTarget, link: LinkLike) -> Item:
+        return Item(ident.fetch_key, ident.fetch_key, ident.host, ident.origin, ident.domain, Kind.PAGE, link.depth,
                     link.priority, self._next_seq(), link.redirect_hops, source=link.source_key,
                     payload=link.payload)  # fmt: skip
 
-    def _reject(self, ident: UrlIdentity, link: LinkLike, reason: str) -> None:
+    def _reject(self, ident: FetchTarget, link: LinkLike, reason: str) -> None:
         item = self._new_item(ident, link)
         item.payload = b""  # kept for items that will be leased only
         self._move(item, Event.REJECT, reason, data=pack_admit(item))
