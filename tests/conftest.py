@@ -18,10 +18,16 @@ from pathlib import Path
 
 import pytest
 import redis
+from hypothesis import settings
 from redis.cluster import RedisCluster
 
 from hostring_testing.crawls import CrawlProcess
 from hostring_testing.redis_server import NoRedis, RedisClusterServers, any_redis
+
+# Hypothesis's per-example deadline is a timing assertion: on a loaded machine it fails tests whose behaviour is
+# right. Examples are still bounded by each test's own max_examples and pytest-timeout.
+settings.register_profile("hostring", deadline=None)
+settings.load_profile("hostring")
 
 # ============================================================================================== Redis
 

@@ -226,7 +226,7 @@ def test_slow_resolver_counts_against_the_connect_timeout(monkeypatch: pytest.Mo
     started = time.monotonic()
     result = fetch("http://slow-dns.test/", limits=limits)
     assert result.error_class == "connect_timeout"
-    assert time.monotonic() - started < 1.5
+    assert time.monotonic() - started < 4.5, "the fetch waited for the 5 s resolver"
 
 
 def test_dns_failure_is_dns_error(monkeypatch: pytest.MonkeyPatch) -> None:

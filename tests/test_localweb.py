@@ -272,15 +272,12 @@ def test_write_log_and_live_log_are_json_lines(web: LocalWeb, tmp_path: Path) ->
     assert [json.loads(line)["resource"] for line in live.read_text().splitlines()] == ["/", "/robots.txt"]
 
 
-def test_many_origins_start_fast_and_addresses_skip_broadcast_octets() -> None:
+def test_many_origins_start_and_addresses_skip_broadcast_octets() -> None:
     sites = {f"o{i}": Site(pages={"/": Page(body=f"origin {i}".encode())}) for i in range(210)}
-    t0 = time.monotonic()
     with LocalWeb(sites) as web:
-        assert time.monotonic() - t0 < 3
         assert web.addresses["o209"][0] == "127.0.0.211"
         assert get(web.url("o209"))[2] == b"origin 209"
         assert len(set(web.origins.values())) == 210
-    assert time.monotonic() - t0 < 5
 
     few = {f"p{i}": Site() for i in range(4)}
     with LocalWeb(few, first_address="127.0.0.253") as web:
