@@ -526,12 +526,12 @@ def run(w: Workload, keep: Path | None = None) -> dict[str, Any]:
     return figures
 
 
-def run_turnaround(spec: NavWebSpec, tmp: Path, timeout: float) -> dict[str, Any]:
+def run_turnaround(spec: NavWebSpec, tmp: Path, timeout: float, profile: Path | None = None) -> dict[str, Any]:
     """Run 3: the issue's link-heavy web at --delay 0, one request in flight per origin, every other politeness flag
-    at its default; makespan against the bound."""
+    at its default; makespan against the bound. With `profile`, py-spy samples the node and the worker there."""
     name = "turnaround"
     with WebProcess(spec, tmp / f"{name}-web.jsonl") as web:
-        r = run_crawl(web, tmp, name, delay=0.0, timeout=timeout)
+        r = run_crawl(web, tmp, name, delay=0.0, timeout=timeout, profile=profile)
         time.sleep(0.2)
         hits = web.hits()
     if r.returncode != 0:
@@ -616,12 +616,7 @@ def table(f: dict[str, Any]) -> str:
             f"{prof['cpu_ms_per_page']:.2f} ms CPU/page (polled: worker {prof['cpu_s_polled']['worker']:.1f} s, "
             f"node {prof['cpu_s_polled']['node']:.1f} s); coverage: {_cov(prof['coverage'])}",
         ]
-        for role in ("node", "worker"):
-            if f"{role}_profile" in prof:
-                lines.append(f"   {role} (py-spy --gil, self time, % of samples):")
-                lines += [f"     {share:5.1f}%  {frame}" for frame, share in prof[f"{role}_profile"]["self"][:15]]
-                lines.append(f"   {role} (inclusive):")
-                lines += [f"     {share:5.1f}%  {frame}" for frame, share in prof[f"{role}_profile"]["inclusive"][:25]]
+        lines += profile_lines(prof)
     return "\n".join(lines)
 
 
@@ -637,11 +632,17 @@ def _cov(c: dict[str, Any]) -> str:
     return s
 
 
-def _turnaround_only(w: Workload, keep: Path | None, *, as_json: bool) -> int:
+def _turnaround_only(w: Workload, keep: Path | None, *, as_json: bool, profile: bool = False) -> int:
     m = machine()
     tmpdir = tempfile.mkdtemp(prefix="hostring-bench-crawl-", dir=keep)
+    base = Path(tmpdir) / "turnaround-profile"
+    spied = profile and shutil.which("py-spy") is not None
     try:
-        tr = run_turnaround(w.turnaround, Path(tmpdir), w.timeout_s)
+        tr = run_turnaround(w.turnaround, Path(tmpdir), w.timeout_s, profile=base if spied else None)
+        for role in ("node", "worker") if spied else ():
+            path = base.with_name(base.name + f"-{role}.txt")
+            if path.exists():
+                tr[f"{role}_profile"] = profile_summary(path, top=20)
     finally:
         if keep is None:
             shutil.rmtree(tmpdir, ignore_errors=True)
@@ -652,7 +653,22 @@ def _turnaround_only(w: Workload, keep: Path | None, *, as_json: bool) -> int:
         print(f"machine: {m['cores']} cores, {m['cpu_model']}, {m['python_implementation']} {m['python']}; "
               f"load average {', '.join(f'{x:.2f}' for x in m['loadavg_start'])} before")  # fmt: skip
         print("\n".join(turnaround_lines(tr, tw)))
+        if spied:
+            print("   (sampled by py-spy --gil --rate 200, which itself slows the sampled processes)")
+            print("\n".join(profile_lines(tr)))
     return 0
+
+
+def profile_lines(prof: dict[str, Any]) -> list[str]:
+    """The node's and the worker's py-spy summaries: self time, then inclusive, as % of samples."""
+    lines = []
+    for role in ("node", "worker"):
+        if f"{role}_profile" in prof:
+            lines.append(f"   {role} (py-spy --gil, self time, % of samples):")
+            lines += [f"     {share:5.1f}%  {frame}" for frame, share in prof[f"{role}_profile"]["self"][:15]]
+            lines.append(f"   {role} (inclusive):")
+            lines += [f"     {share:5.1f}%  {frame}" for frame, share in prof[f"{role}_profile"]["inclusive"][:25]]
+    return lines
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -670,6 +686,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--turnaround-only", action="store_true", help="only run 3 (the issue's link-heavy web at --delay 0)"
     )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="with --turnaround-only: sample the node and the worker with py-spy and print where their time goes",
+    )
     parser.add_argument("--origins", type=int, default=None, help="origins of the throughput web")
     parser.add_argument("--serve", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--serve-log", type=Path, default=None, help=argparse.SUPPRESS)
@@ -684,7 +705,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.keep:
         args.keep.mkdir(parents=True, exist_ok=True)
     if args.turnaround_only:
-        return _turnaround_only(w, args.keep, as_json=args.json)
+        return _turnaround_only(w, args.keep, as_json=args.json, profile=args.profile)
     figures = run(w, args.keep)
     print(json.dumps(figures, indent=2, default=str) if args.json else table(figures))
     return 0

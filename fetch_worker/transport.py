@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import select
+import socket
 import ssl
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass
@@ -72,13 +74,14 @@ class PolicyBackend(httpcore.AsyncNetworkBackend):
             if remaining is not None and remaining <= 0:
                 raise httpcore.ConnectTimeout(f"connecting to {host!r} took longer than {timeout}s")
             try:
-                return await self._inner.connect_tcp(
+                stream = await self._inner.connect_tcp(
                     address,
                     port,
                     timeout=remaining,
                     local_address=local_address,
                     socket_options=socket_options,
                 )
+                return _KnownStream(stream)
             except httpcore.ConnectError as exc:
                 failure = exc
         assert failure is not None  # resolve() never returns an empty list
@@ -94,6 +97,55 @@ class PolicyBackend(httpcore.AsyncNetworkBackend):
 
     async def sleep(self, seconds: float) -> None:
         await self._inner.sleep(seconds)
+
+
+class _KnownStream(httpcore.AsyncNetworkStream):
+    """A connected stream whose peer address and socket are looked up once, at connect.
+
+    The connection pool asks every idle connection whether its socket is readable (a server that closed it) each
+    time it hands out or takes back a connection, and the fetcher asks for the peer address of every response;
+    the anyio stream answers each question by building all of its attributes afresh. Everything else is the
+    wrapped stream's.
+    """
+
+    def __init__(self, inner: httpcore.AsyncNetworkStream) -> None:
+        self._inner = inner
+        self._socket: socket.socket | None = inner.get_extra_info("socket")
+        self._server_addr: Any = inner.get_extra_info("server_addr")
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return await self._inner.read(max_bytes, timeout)
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        await self._inner.write(buffer, timeout)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def start_tls(
+        self, ssl_context: ssl.SSLContext, server_hostname: str | None = None, timeout: float | None = None
+    ) -> httpcore.AsyncNetworkStream:
+        return _KnownStream(await self._inner.start_tls(ssl_context, server_hostname, timeout))
+
+    def get_extra_info(self, info: str) -> Any:
+        if info == "server_addr":
+            return self._server_addr
+        if info == "socket":
+            return self._socket
+        if info == "is_readable":
+            return _readable(self._socket)
+        return self._inner.get_extra_info(info)
+
+
+def _readable(sock: socket.socket | None) -> bool:
+    """Whether reading `sock` would not block (data, or the end of the stream); a closed socket counts as readable,
+    as in httpcore (an idle connection whose socket is readable was closed by its server)."""
+    fd = sock.fileno() if sock is not None else -1
+    if fd < 0:
+        return True
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 # httpcore's exceptions and the httpx ones a client raises for them (httpx maps them the same way).

@@ -97,8 +97,14 @@ class Worker:
         self.stats = WorkerStats()
         self.metrics = metrics
         self.clients = NodeClients(router, worker_id=self.worker_id, channel_options=channel_options)
-        self._batcher = CompletionBatcher(self.clients, want=self._want, leased=self._take_leased)
+        self._batcher = CompletionBatcher(
+            self.clients, want=self._want, leased=self._take_leased, stream=True, one_in_flight=True
+        )
         self._tasks: set[asyncio.Task[None]] = set()
+        self._processing = asyncio.Lock()
+        """A page's turn to be processed (parse, hash, archive) and its completion sent: one page at a time, its
+        completion on its way before the next page is processed, so the node works on it meanwhile and a host's
+        next URL is not held back behind the pages of other hosts that came in at the same moment."""
         self._asked = 0  # leases asked for (parked Leases, completions) and not answered yet
         self._ended = 0  # fetches ended (a node's drained answer holds only if none ended since it was asked)
         self._open = False  # run() takes new items (completions ask for leases only then)
@@ -115,6 +121,7 @@ class Worker:
         return self.clients.stub(address)
 
     async def close(self) -> None:
+        self._batcher.close()
         await self.clients.close()
         await self.fetcher.aclose()
         if self.warc is not None:
@@ -316,6 +323,7 @@ class Worker:
         renewer = asyncio.create_task(self._keep_renewed(address, item, deadline, cut))
         outcome = pb.Outcome(retry_after_s=-1)
         links: list[pb.Link] = []
+        turn: asyncio.Lock | None = None  # the processing turn, once this page has it
         try:
             try:
                 async with cut:
@@ -328,6 +336,8 @@ class Worker:
                     raise
                 self._lease_lost(item, renewer.result())  # the renewer cut the fetch, and ended with why
                 return
+            await self._processing.acquire()
+            turn = self._processing
             outcome = self._outcome(result)
             if item.kind == pb.ROBOTS:
                 outcome.robots_body = result.body[:ROBOTS_MAX_BYTES]
@@ -345,7 +355,11 @@ class Worker:
                 self.stats.errors[result.error_class] += 1
             else:
                 self.stats.fetched += 1
-        except asyncio.CancelledError:
+        except BaseException as e:
+            if turn is not None:
+                turn.release()
+            if not isinstance(e, asyncio.CancelledError):
+                raise
             outcome = pb.Outcome(error_class="worker_shutdown", retry_after_s=-1)
             renewer.cancel()
             with contextlib.suppress(grpc.aio.AioRpcError, asyncio.CancelledError):
@@ -356,7 +370,7 @@ class Worker:
             self.stats.in_flight -= 1
             if self.metrics is not None:
                 self.metrics.in_flight.dec()
-        await self._complete(address, item, outcome, links, deadline[0])
+        await self._complete(address, item, outcome, links, deadline[0], turn)
 
     def _outcome(self, r: FetchResult) -> pb.Outcome:
         return pb.Outcome(
@@ -442,43 +456,68 @@ class Worker:
         return record_id
 
     async def _complete(
-        self, address: str, item: pb.LeaseItem, outcome: pb.Outcome, links: list[pb.Link], deadline: float
+        self,
+        address: str,
+        item: pb.LeaseItem,
+        outcome: pb.Outcome,
+        links: list[pb.Link],
+        deadline: float,
+        turn: asyncio.Lock | None = None,
     ) -> None:
         """Settle the lease on the owner of its domain, trying until the lease's deadline (wall clock).
 
         A wrong-owner answer or a node that does not answer sends it to the domain's owner at the newest ring
         (the lease lives on in the shared store: the new owner adopted the leased row and settles it). After the
         deadline the lease has expired and the item will be handed out again, so there is nothing left to settle.
+        `turn`, the processing turn the caller holds, is released once the first attempt has left.
         """
-        links, more = links[:COMPLETE_LINKS], links[COMPLETE_LINKS:]
-        request = pb.CompleteRequest(
-            lease_id=item.lease_id, generation=item.generation, outcome=outcome, worker_id=self.worker_id, links=links
-        )
-        backoff = self.clients.backoff
-        while True:
-            wait = backoff.ready_in(address)
-            if wait <= 0:
-                try:
-                    resp = await self._batcher.submit(address, request)
-                except grpc.aio.AioRpcError as e:
-                    reason = store_lost_reason(e)
-                    if reason is not None:
-                        self._store_lost(NodeStoreLost(address, reason))
-                        if self._until_drained:
-                            return
+        try:
+            links, more = links[:COMPLETE_LINKS], links[COMPLETE_LINKS:]
+            request = pb.CompleteRequest(
+                lease_id=item.lease_id, generation=item.generation, outcome=outcome, worker_id=self.worker_id,
+                links=links,
+            )  # fmt: skip
+            backoff = self.clients.backoff
+            while True:
+                wait = backoff.ready_in(address)
+                if wait <= 0:
+                    answer = self._batcher.submit(address, request)
+                    if turn is not None:
+                        held = turn
+                        turn = None
+                        try:
+                            await self._batcher.sent()
+                        finally:
+                            held.release()
+                    try:
+                        resp = await answer
+                    except grpc.aio.AioRpcError as e:
+                        reason = store_lost_reason(e)
+                        if reason is not None:
+                            self._store_lost(NodeStoreLost(address, reason))
+                            if self._until_drained:
+                                return
+                        else:
+                            backoff.failed(address, "Complete", e)
                     else:
-                        backoff.failed(address, "Complete", e)
-                else:
-                    if not resp.wrong_owner:
-                        backoff.succeeded(address)
-                        break
-                    wait = 0.2
-                wait = max(wait, backoff.ready_in(address))
-            if time.time() + min(wait, 0.05) >= deadline:
-                log.error("could not complete %s before its lease's deadline; it will be handed out again", item.url)
-                return
-            await asyncio.sleep(max(0.05, min(wait, deadline - time.time())))
-            address = await self._owner(item, address)
+                        if not resp.wrong_owner:
+                            backoff.succeeded(address)
+                            break
+                        wait = 0.2
+                    wait = max(wait, backoff.ready_in(address))
+                if turn is not None:  # not sent at once (a node backed off): the next page need not wait for it
+                    turn.release()
+                    turn = None
+                if time.time() + min(wait, 0.05) >= deadline:
+                    log.error(
+                        "could not complete %s before its lease's deadline; it will be handed out again", item.url
+                    )
+                    return
+                await asyncio.sleep(max(0.05, min(wait, deadline - time.time())))
+                address = await self._owner(item, address)
+        finally:
+            if turn is not None:
+                turn.release()
         if not resp.accepted:
             self.stats.stale += 1
         elif resp.follow_links:

@@ -286,46 +286,78 @@ class CompletionBatcher:
         leased: Callable[[str, Sequence[pb.LeaseItem], int], None] | None = None,
         lease_wait_ms: int = 0,
         stream: bool = False,
+        one_in_flight: bool = False,
     ) -> None:
         """`want(address, completing)`: how many new leases to ask the node for with a batch of `completing`
         completions (0: none); `leased(address, items, asked)` then takes the ones it answered (none when the call
         failed), before the completions' futures resolve (zero-wait turnaround: a released host's next URL
         travels with the completion). With `lease_wait_ms`, a batch that asks waits on the node up to that long
         for an item when none is ready (its completions' answers wait with it). With `stream`, batches go as
-        messages of one CompleteStream per node instead of calls (cheaper when they come one at a time)."""
+        messages of one CompleteStream per node instead of calls (cheaper when they come one at a time). With
+        `one_in_flight`, a node has at most one batch in flight: completions made meanwhile wait for its answer and
+        then go together (the node is busy with the first anyway; one message and one commit for the rest)."""
         self.clients = clients
         self.want = want
         self.leased = leased
         self.lease_wait_ms = lease_wait_ms
         self.stream = stream
+        self.one_in_flight = one_in_flight
+        self._busy: set[str] = set()  # nodes with a batch in flight (one_in_flight)
         self._streams: dict[str, CompletionStream] = {}
         self._pending: dict[str, list[tuple[pb.CompleteRequest, asyncio.Future[pb.CompleteResponse]]]] = {}
         self._sends: set[asyncio.Task[None]] = set()
+        self._left: dict[str, asyncio.Future[None]] = {}  # per node: resolved once its pending batch has left
+        self._leaving: set[asyncio.Future[None]] = set()  # those of batches started and not written yet
 
     def submit(self, address: str, request: pb.CompleteRequest) -> asyncio.Future[pb.CompleteResponse]:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[pb.CompleteResponse] = loop.create_future()
         batch = self._pending.setdefault(address, [])
         batch.append((request, future))
-        if len(batch) == 1:
+        if len(batch) == 1 and address not in self._busy:
+            self._left[address] = loop.create_future()
             loop.call_soon(self._start, address)
         return future
 
+    async def sent(self) -> None:
+        """Return once every completion submitted so far has left (its batch written to the node's stream, or its
+        call started, or failed) or waits for a batch in flight. A caller that waits here before its next piece of
+        CPU-heavy work lets the node work on what it submitted meanwhile."""
+        waiting = [f for f in (*self._left.values(), *self._leaving) if not f.done()]
+        if waiting:
+            await asyncio.wait(waiting)
+
     def _start(self, address: str) -> None:
-        task = asyncio.ensure_future(self._send(address))
+        left = self._left.pop(address)
+        if self.one_in_flight:
+            self._busy.add(address)
+        self._leaving.add(left)
+        left.add_done_callback(self._leaving.discard)
+        task = asyncio.ensure_future(self._send(address, left))
         self._sends.add(task)
         task.add_done_callback(self._sends.discard)
 
-    async def _send(self, address: str) -> None:
-        batch = self._pending.pop(address, [])
-        parts = _within_limits(batch)
-        if len(parts) > 1:  # rare: many link-heavy pages at once; each part is one call within the node's caps
-            await asyncio.gather(*(self._send_part(address, part) for part in parts))
-        elif batch:
-            await self._send_part(address, batch)
+    async def _send(self, address: str, left: asyncio.Future[None]) -> None:
+        try:
+            batch = self._pending.pop(address, [])
+            parts = _within_limits(batch)
+            if len(parts) > 1:  # rare: many link-heavy pages at once; each part is one call within the node's caps
+                await asyncio.gather(*(self._send_part(address, part, left) for part in parts))
+            elif batch:
+                await self._send_part(address, batch, left)
+        finally:
+            if not left.done():
+                left.set_result(None)
+            self._busy.discard(address)
+            if self.one_in_flight and self._pending.get(address):  # what waited for this batch goes now
+                self._left[address] = asyncio.get_running_loop().create_future()
+                self._start(address)
 
     async def _send_part(
-        self, address: str, batch: list[tuple[pb.CompleteRequest, asyncio.Future[pb.CompleteResponse]]]
+        self,
+        address: str,
+        batch: list[tuple[pb.CompleteRequest, asyncio.Future[pb.CompleteResponse]]],
+        left: asyncio.Future[None],
     ) -> None:
         request = pb.CompleteBatchRequest(completions=[r for r, _ in batch])
         asked = 0
@@ -337,9 +369,12 @@ class CompletionBatcher:
         timeout_s = 30 + request.lease_wait_ms / 1000
         try:
             if self.stream:
-                resp = await self._stream(address).ask(request, timeout_s)
+                resp = await self._stream(address).ask(request, timeout_s, left)
             else:
-                resp = await self.clients.stub(address).CompleteBatch(request, timeout=timeout_s)
+                call = self.clients.stub(address).CompleteBatch(request, timeout=timeout_s)
+                if not left.done():
+                    left.set_result(None)  # the call is started
+                resp = await call
         except BaseException as e:
             if asked and self.leased is not None:
                 self.leased(address, (), asked)
@@ -380,8 +415,11 @@ class CompletionStream:
         self.broken: grpc.aio.AioRpcError | None = None
         self._reader = asyncio.ensure_future(self._read())
 
-    async def ask(self, request: pb.CompleteBatchRequest, timeout_s: float) -> pb.CompleteBatchResponse:
-        """Send one batch and wait for its answer; AioRpcError when the stream breaks or `timeout_s` passes."""
+    async def ask(
+        self, request: pb.CompleteBatchRequest, timeout_s: float, written: asyncio.Future[None] | None = None
+    ) -> pb.CompleteBatchResponse:
+        """Send one batch and wait for its answer; AioRpcError when the stream breaks or `timeout_s` passes.
+        `written` is resolved once the batch is written to the stream."""
         if self.broken is not None:
             raise self.broken
         tag = request.tag = next(self._tags)
@@ -390,6 +428,8 @@ class CompletionStream:
         try:
             async with self._writing:
                 await self._call.write(request)
+            if written is not None and not written.done():
+                written.set_result(None)
             return await asyncio.wait_for(asyncio.shield(future), timeout_s)
         except TimeoutError:
             self._waiting.pop(tag, None)

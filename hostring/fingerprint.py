@@ -22,10 +22,14 @@ __all__ = ["NEAR_DUPLICATE_DISTANCE", "body_digest", "hamming", "near_duplicate"
 NEAR_DUPLICATE_DISTANCE = 3
 
 _LANE = 8  # bytes per 64-bit hash
+_TABLES = 24  # bytes of a word's digest used: its tabulation values T0, T1, T2
 _DIGESTS: dict[str, bytes] = {}
 _DIGESTS_MAX = 1 << 16  # distinct words kept (a few MB); the cache starts again empty when full
 # ASCII punctuation separates words; letters, digits and every non-ASCII character stay in them.
 _PUNCTUATION_TO_SPACE = str.maketrans(dict.fromkeys("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~", " "))
+_MASK_BYTES = 1 << 14
+# Bit masks for _majority_bits' popcounts, made once: ANDed with a shorter column, a mask keeps only its length.
+_MASKS = [int.from_bytes(bytes([1 << bit]) * _MASK_BYTES, "little") for bit in range(8)]
 
 
 def body_digest(data: bytes) -> str:
@@ -39,8 +43,8 @@ def _words(text: str) -> list[str]:
 
 
 def _word_digests(words: list[str]) -> dict[str, bytes]:
-    """The SHA-256 of every word, from a bounded cache kept across pages: a site's pages share most of their words
-    (navigation, templates), so most of a page's digests were made for an earlier one."""
+    """The first 24 bytes of the SHA-256 of every word, from a bounded cache kept across pages: a site's pages share
+    most of their words (navigation, templates), so most of a page's digests were made for an earlier one."""
     cache = _DIGESTS
     missing = set(words).difference(cache)
     if missing:
@@ -48,7 +52,7 @@ def _word_digests(words: list[str]) -> dict[str, bytes]:
             cache.clear()
         sha256 = hashlib.sha256
         for w in missing:
-            cache[w] = sha256(w.encode("utf-8", "surrogatepass")).digest()
+            cache[w] = sha256(w.encode("utf-8", "surrogatepass")).digest()[:_TABLES]
     return cache
 
 
@@ -62,13 +66,16 @@ def _shingle_hashes(words: list[str]) -> tuple[int, int]:
     """
     if len(words) < 3:
         words = words + [""] * (3 - len(words))  # a short text is one shingle, padded with empty words
-    digest = _word_digests(words)
-    # 4 lanes of 8 bytes per word; the cast only sets the stride, the bytes are never reinterpreted.
-    table = memoryview(b"".join(map(digest.__getitem__, words))).cast("Q")
+    try:  # most pages' words are all cached: one lookup each, no set of the page's words
+        joined = b"".join(map(_DIGESTS.__getitem__, words))
+    except KeyError:
+        joined = b"".join(map(_word_digests(words).__getitem__, words))
+    # 3 lanes of 8 bytes per word; the cast only sets the stride, the bytes are never reinterpreted.
+    table = memoryview(joined).cast("Q")
     n = len(words) - 2
-    lanes = int.from_bytes(table[0 : 4 * n : 4].tobytes(), "little")  # T0 of word k
-    lanes ^= int.from_bytes(table[5 : 4 * n + 5 : 4].tobytes(), "little")  # T1 of word k + 1
-    lanes ^= int.from_bytes(table[10 : 4 * n + 10 : 4].tobytes(), "little")  # T2 of word k + 2
+    lanes = int.from_bytes(table[0 : 3 * n : 3].tobytes(), "little")  # T0 of word k
+    lanes ^= int.from_bytes(table[4 : 3 * n + 4 : 3].tobytes(), "little")  # T1 of word k + 1
+    lanes ^= int.from_bytes(table[8 : 3 * n + 8 : 3].tobytes(), "little")  # T2 of word k + 2
     return lanes, n
 
 
@@ -79,7 +86,7 @@ def _majority_bits(lanes: int, n: int) -> int:
     8 bits of that byte is counted with one AND and one popcount over the whole column.
     """
     packed = lanes.to_bytes(n * _LANE, "little")
-    masks = [int.from_bytes(bytes([1 << bit]) * n, "little") for bit in range(8)]
+    masks = _MASKS if n <= _MASK_BYTES else [int.from_bytes(bytes([1 << bit]) * n, "little") for bit in range(8)]
     fingerprint = 0
     for byte in range(_LANE):
         column = int.from_bytes(packed[byte::_LANE], "little")

@@ -271,6 +271,41 @@ def test_200_html_with_honest_user_agent(serve: Callable[..., TestServer]) -> No
     assert result.header("content-length") == str(len(HTML))
 
 
+def test_kept_alive_connections_are_reused_until_the_server_closes_one() -> None:
+    """Two fetches share one connection, reporting its address each time; after the server closed the connection
+    (without saying so in its response), the pool sees the idle socket readable and the next fetch connects anew."""
+    closed = threading.Event()
+
+    class Closing(TestServer):
+        def shutdown_request(self, request: Any) -> None:
+            super().shutdown_request(request)
+            closed.set()
+
+    def last(h: Handler) -> None:
+        h.reply(200, HTML)
+        h.close_connection = True
+
+    server = Closing("127.0.0.1", {"/page": lambda h: h.reply(200, HTML), "/last": last})
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+
+        async def go() -> list[FetchResult]:
+            async with Fetcher(LOOPBACK, UA, FAST) as fetcher:
+                results = [await fetcher.fetch(server.url("/page")), await fetcher.fetch(server.url("/last"))]
+                assert server.accepted == 1
+                assert await asyncio.to_thread(closed.wait, 5)
+                results.append(await fetcher.fetch(server.url("/page")))
+                return results
+
+        results = asyncio.run(go())
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert [r.status for r in results] == [200, 200, 200], [r.error_detail for r in results]
+    assert [r.remote_ip for r in results] == ["127.0.0.1"] * 3
+    assert server.accepted == 2
+
+
 def test_404_is_a_response_not_an_error(serve: Callable[..., TestServer]) -> None:
     server = serve({})
     result = fetch(server.url("/missing"))

@@ -121,6 +121,42 @@ def test_non_ascii_and_lone_surrogates_are_hashed() -> None:
     assert isinstance(simhash64("bad \ud800 surrogate text"), int)
 
 
+def brute_simhash(text: str) -> int:
+    """The definition, written out: one vote per word 3-shingle, each shingle's hash T0[a] ^ T1[b] ^ T2[c] with Tk a
+    word's SHA-256 bytes 8k..8k+7 (little-endian); bit i set when more than half of the shingles have it set."""
+    for ch in "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~":
+        text = text.replace(ch, " ")
+    words = text.lower().split()
+    if not words:
+        return 0
+    words += [""] * (3 - len(words))
+
+    def table(word: str, k: int) -> int:
+        return int.from_bytes(
+            hashlib.sha256(word.encode("utf-8", "surrogatepass")).digest()[8 * k : 8 * k + 8], "little"
+        )
+
+    shingles = [table(a, 0) ^ table(b, 1) ^ table(c, 2) for a, b, c in zip(words, words[1:], words[2:], strict=False)]
+    votes = [sum(h >> bit & 1 for h in shingles) for bit in range(64)]
+    return sum(1 << bit for bit, v in enumerate(votes) if 2 * v > len(shingles))
+
+
+@given(
+    st.lists(st.sampled_from([*VOCABULARY[:40], "Ünïcode", "日本", "x\ud800", "a.b", "A,", "\x1c", "\t"]), max_size=40)
+)
+def test_simhash_is_its_definition(words: list[str]) -> None:
+    """The tabulated, popcounted computation gives what one vote per shingle gives, with the word cache cold or warm."""
+    text = " ".join(words)
+    assert simhash64(text) == brute_simhash(text)
+    assert simhash64(text) == brute_simhash(text)
+
+
+def test_a_long_text_is_its_definition() -> None:
+    """More shingles than the popcount masks made once are long (16 Ki): masks made for the text instead."""
+    text = page(11, words=20_000) + " " + " ".join(f"novel{i}" for i in range(200))
+    assert simhash64(text) == brute_simhash(text)
+
+
 def test_fingerprint_does_not_depend_on_the_process_hash_seed() -> None:
     """SHA-256, not hash(): two processes with different PYTHONHASHSEED agree."""
     code = "from hostring.fingerprint import simhash64; import sys; print(simhash64(sys.argv[1]))"
