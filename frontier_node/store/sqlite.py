@@ -142,6 +142,8 @@ DEFER_S: Final = 5.0
 journal tail that opening the file after a crash reads)."""
 DEFER_MAX_ROWS: Final = 100_000
 """At most this many lease rows wait unwritten; the oldest are written beyond it."""
+TAIL_EVERY_S: Final = 1.0
+"""The LEASES_META value moves forward at most this often (one small write per commit saved)."""
 _LEASE_EVENT: Final = "lease"
 _LEASE_TAIL_UPDATE: Final = (
     "UPDATE items SET state = 'leased', attempt = ?, generation = ?, reason = ?, deadline = ? "
@@ -227,7 +229,8 @@ class SqliteStore:
         self._deferred: dict[str, tuple[_ItemRow, int, float]] = {}
         self._deferred_hosts: dict[str, set[str]] = {}  # host -> keys of its deferred rows
         self._lease_s = 0.0  # deadline - time of the deferred leases (the core's lease length)
-        self._leases_meta = ""  # the LEASES_META value as last committed
+        self._tail = (0, 0.0)  # (first seq, lease seconds) of the LEASES_META value last committed (0: none)
+        self._tail_at = 0.0  # monotonic time of that commit
         self._robots: dict[str, tuple[str, str, str]] = {}
         self._meta: dict[str, str] = {}
         self._closed = False
@@ -411,9 +414,9 @@ class SqliteStore:
                 late = max(late, len(deferred) - DEFER_MAX_ROWS)
                 if late > 0:
                     self._write_deferred(late)
-        leases_meta = leases_value(next(iter(deferred.values()))[1], self._lease_s) if deferred else ""
-        if leases_meta != self._leases_meta:
-            self._meta[LEASES_META] = leases_meta
+        tail = self._tail_due(time.monotonic())
+        if tail is not None:
+            self._meta[LEASES_META] = leases_value(*tail)
         if not (self._journal or self._rows or self._robots or self._meta):
             return
         con = self._con
@@ -437,7 +440,22 @@ class SqliteStore:
         self._host_keys = {}
         self._robots = {}
         self._meta = {}
-        self._leases_meta = leases_meta
+        if tail is not None:
+            self._tail, self._tail_at = tail, time.monotonic()
+
+    def _tail_due(self, now: float) -> tuple[int, float] | None:
+        """The LEASES_META value this flush must write, or None. Its seq may lag behind the oldest held-back lease
+        (opening the file then reads a little more journal), never pass it: it is written at once when rows are held
+        back and none is recorded (or under another lease length), else at most once per TAIL_EVERY_S."""
+        if self._deferred:
+            tail = (next(iter(self._deferred.values()))[1], self._lease_s)
+            if self._tail[0] == 0 or self._tail[1] != tail[1]:
+                return tail
+        else:
+            tail = (0, 0.0)
+        if tail != self._tail and now - self._tail_at >= TAIL_EVERY_S:
+            return tail
+        return None
 
     def prune(self, keys: Sequence[str]) -> None:
         """Delete the rows of `keys` and their journal lines now, buffered writes first (retention).
