@@ -300,7 +300,8 @@ class SqliteStore:
     # -- writes: buffered ------------------------------------------------------------------------------
 
     def record(self, entry: Entry, item: Item) -> None:
-        """Buffer one journal line and the item's row as it stands after it (the last row per key wins)."""
+        """Buffer one journal line and the item's row as it stands after it (the last row per key wins). The row of
+        a lease of an item with no row buffered is held back (written behind, see the module docstring)."""
         row = _item_row(item)
         _check_entry(entry)
         key = item.key
@@ -310,13 +311,13 @@ class SqliteStore:
                 self._undefer(key)
             if entry.event == _LEASE_EVENT and key not in self._rows:
                 self._defer(key, item.host, row, entry.seq, item.deadline - entry.at)
-                return
-            self._rows[key] = row
-            keys = self._host_keys.get(item.host)
-            if keys is None:
-                self._host_keys[item.host] = {key}
             else:
-                keys.add(key)
+                self._rows[key] = row
+                keys = self._host_keys.get(item.host)
+                if keys is None:
+                    self._host_keys[item.host] = {key}
+                else:
+                    keys.add(key)
             if self.batch_rows > 0 and len(self._journal) + len(self._rows) >= self.batch_rows:
                 self._flush_locked()
 
