@@ -418,6 +418,8 @@ class SqliteStore:
         tail = self._tail_due(time.monotonic())
         if tail is not None:
             self._meta[LEASES_META] = leases_value(*tail)
+        else:
+            self._meta.pop(LEASES_META, None)  # left by a failed flush: it may no longer cover the held-back rows
         if not (self._journal or self._rows or self._robots or self._meta):
             return
         con = self._con
