@@ -2,9 +2,11 @@
 
 `hostring report --store sqlite:///PATH` uses it on a finished crawl, or on a running one: the file is opened
 read-only and read inside one transaction, so items and journal come from one consistent snapshot and the
-node writing it is not disturbed. The counts are `frontier_node.report.coverage_report`'s own (it is given a
-`CoverageInput` built from the file), and the journal adds what only it knows: how many times each identity was
-leased, and whether its last journal entry agrees with its current state.
+node writing it is not disturbed. Leases whose rows the node writes behind (or had not written when it was
+killed) are laid over the rows from the journal's tail (store/lease_tail.py). The counts are
+`frontier_node.report.coverage_report`'s own (it is given a `CoverageInput` built from the file), and the journal
+adds what only it knows: how many times each identity was leased, and whether its last journal entry agrees with
+its current state.
 
 What the node kept in memory is in the store too: Discover verdicts (meta "counters.verdicts", written with each
 Discover) and budget breaches (meta "breaches:<domain>", per domain so they travel with a handoff). A store written
@@ -25,6 +27,7 @@ from frontier_node.core.records import Item, Kind
 from frontier_node.core.states import State
 from frontier_node.core.views import CoverageInput
 from frontier_node.report import coverage_report
+from frontier_node.store.lease_tail import lay_over_all, tail_leases
 from frontier_node.store.sqlite import BREACHES_META, ITEM_COLUMNS, from_signed64
 
 NOT_IN_STORE = ("suppressed_by_rule", "discovered_by_verdict")
@@ -83,7 +86,8 @@ def store_report(path: Path, *, dispositions: bool = False) -> dict[str, Any]:
         counters = dict(con.execute("SELECT name, value FROM meta WHERE name = ?", (_VERDICTS,)))
         present = {r[1] for r in con.execute("PRAGMA table_info(items)")}
         columns = [c for c in _REPORT_COLUMNS if c in present]
-        items = [_item(columns, r) for r in con.execute(f"SELECT {', '.join(columns)} FROM items ORDER BY rowid")]
+        rows = con.execute(f"SELECT {', '.join(columns)} FROM items ORDER BY rowid")
+        items = list(lay_over_all([_item(columns, r) for r in rows], tail_leases(con)))
         revisits = Counter(
             {
                 str(reason).removeprefix("revisit:"): n

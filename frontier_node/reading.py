@@ -5,7 +5,8 @@ it would stall every other call. A reader has a connection of its own and reads 
 on an inspection thread while the core goes on:
 
 - SQLite: a read-only connection per read (WAL lets readers and the writer proceed together), inside one read
-  transaction, as frontier_node/offline_report.py reads a finished crawl;
+  transaction, as frontier_node/offline_report.py reads a finished crawl; leases whose rows the node writes
+  behind are laid over the rows from the journal's tail in the same transaction (store/lease_tail.py);
 - Redis: a second RedisStore on the same namespace used for reads only, so its flush has nothing to write and can
   never be the one to meet a newer owner's fence (that answer belongs to the core thread's commit);
 - memory: no reader; the service reads through the core (the memory store is for tests and simulations).
@@ -20,6 +21,7 @@ from typing import Any, Protocol
 
 from frontier_node.core.records import Entry, Item, Kind
 from frontier_node.core.states import State
+from frontier_node.store.lease_tail import lay_over, lay_over_all, tail_leases
 from frontier_node.store.sqlite import ITEM_COLUMNS
 
 _BUSY_TIMEOUT_S = 10.0
@@ -58,10 +60,10 @@ class SqliteReader:
     def items(self) -> Iterator[Item]:
         con = self._connect()
         try:
+            leases = tail_leases(con)  # leases whose rows the node has not written yet
             cursor = con.execute(f"SELECT {', '.join(ITEM_COLUMNS)} FROM items ORDER BY rowid")
             while rows := cursor.fetchmany(_CHUNK):
-                for row in rows:
-                    yield _item(row)
+                yield from lay_over_all(map(_item, rows), leases)
         finally:
             con.close()
 
@@ -69,9 +71,10 @@ class SqliteReader:
         con = self._connect()
         try:
             row = con.execute(f"SELECT {', '.join(ITEM_COLUMNS)} FROM items WHERE key = ?", (key,)).fetchone()
+            leases = tail_leases(con) if row is not None else {}
         finally:
             con.close()
-        return None if row is None else _item(row)
+        return None if row is None else lay_over(_item(row), leases)
 
     def history(self, key: str) -> list[Entry]:
         con = self._connect()

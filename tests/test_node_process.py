@@ -28,6 +28,7 @@ import pytest
 
 import frontier_node
 from frontier_node.core.states import TRANSITIONS, State
+from frontier_node.offline_report import store_report
 from hostring.urls import identify
 from hostring.v1 import frontier_pb2 as pb
 from hostring.v1 import frontier_pb2_grpc as pb_grpc
@@ -202,7 +203,9 @@ class Background:
         assert self.error is None, repr(self.error)
 
 
-def test_sigkill_mid_run_loses_nothing_and_fences_stale_generations(start_node: Callable[[], NodeProcess]) -> None:
+def test_sigkill_mid_run_loses_nothing_and_fences_stale_generations(
+    start_node: Callable[[], NodeProcess], tmp_path: Path
+) -> None:
     """Admit, lease, complete and hold leases; kill -9 while discovery is streaming; restart and check it all."""
     node = start_node()
     stub = node.stub
@@ -270,6 +273,12 @@ def test_sigkill_mid_run_loses_nothing_and_fences_stale_generations(start_node: 
     for key in background.admitted:
         seen[key] = "scheduled"
     assert time.time() - leased_at < LEASE_S, "the run took longer than a lease: held leases expired before the kill"
+
+    # -- the dead node's file, read offline, shows the held leases (their rows may only be in the journal's tail)
+    offline = store_report(tmp_path / "n.sqlite3", dispositions=True)
+    offline_states = {row["key"]: row["state"] for row in offline["dispositions"]}
+    assert all(offline_states[key] == "leased" for key in held), {k: offline_states[k] for k in held}
+    assert offline["journal"]["disagreeing_items"] == 0, offline["journal"]
 
     # -- restart on the same store
     node = start_node()

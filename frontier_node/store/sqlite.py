@@ -13,15 +13,22 @@ the WAL. While writes never pause, a PASSIVE checkpoint never ends with the whol
 rewinds when the writer's own `wal_autocheckpoint` fires (at 256 MiB of WAL: that flush also copies the short
 tail, a stall of up to a few hundred ms on a 1M-item store) or when writing pauses; `journal_size_limit` then
 cuts the file back to 64 MiB.
+
+A lease's row is written behind (store/lease_tail.py): its journal line is committed with the flush, its row
+with the item's next change (most often its completion, a moment later: one row write per fetch instead of two,
+and the row pages a commit dirties are most of its cost) or, after DEFER_S, with a later flush. Reads lay the
+held-back rows over what they read; opening the file after a crash writes them from the journal's tail.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import json
 import sqlite3
 import threading
+import time
 import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -29,6 +36,7 @@ from typing import Any, Final
 
 from frontier_node.core.records import Entry, Item, Kind
 from frontier_node.core.states import State
+from frontier_node.store.lease_tail import LEASES_META, leases_value, tail_leases
 
 # Version 2 added items.payload (opaque client data, Link.payload); 3 the revisit columns (checked_at .. simhash).
 # A file of an older version is upgraded in place when opened: the columns it lacks are added (a version-2 file of
@@ -129,6 +137,19 @@ _PAGE_SIZE: Final = 4096
 _BUSY_TIMEOUT_S: Final = 10.0
 _CHECKPOINT_EVERY_S: Final = 0.25
 
+DEFER_S: Final = 5.0
+"""A lease row not written by its item's next change within this long is written by the next flush (bounds the
+journal tail that opening the file after a crash reads)."""
+DEFER_MAX_ROWS: Final = 100_000
+"""At most this many lease rows wait unwritten; the oldest are written beyond it."""
+TAIL_EVERY_S: Final = 1.0
+"""The LEASES_META value moves forward at most this often (one small write per commit saved)."""
+_LEASE_EVENT: Final = "lease"
+_LEASE_TAIL_UPDATE: Final = (
+    "UPDATE items SET state = 'leased', attempt = ?, generation = ?, reason = ?, deadline = ? "
+    "WHERE key = ? AND generation < ?"
+)
+
 _STATE_TEXT: Final[dict[State, str]] = {s: s.value for s in State}
 _TEXT_STATE: Final[dict[str, State]] = {s.value: s for s in State}
 _KIND_INT: Final[dict[Kind, int]] = {k: int(k) for k in Kind}
@@ -204,12 +225,19 @@ class SqliteStore:
         self._journal: list[tuple[Any, ...]] = []
         self._rows: dict[str, _ItemRow] = {}
         self._host_keys: dict[str, set[str]] = {}  # host -> keys of its buffered rows, for backlog() without a commit
+        # Lease rows written behind, oldest lease first: key -> (row, seq of its lease line, monotonic time of it).
+        self._deferred: dict[str, tuple[_ItemRow, int, float]] = {}
+        self._deferred_hosts: dict[str, set[str]] = {}  # host -> keys of its deferred rows
+        self._lease_s = 0.0  # deadline - time of the deferred leases (the core's lease length)
+        self._tail = (0, 0.0)  # (first seq, lease seconds) of the LEASES_META value last committed (0: none)
+        self._tail_at = 0.0  # monotonic time of that commit
         self._robots: dict[str, tuple[str, str, str]] = {}
         self._meta: dict[str, str] = {}
         self._closed = False
         self._con = self._connect()
         try:
             self._prepare_schema()
+            self._write_tail_leases()
         except BaseException:
             self._con.close()
             raise
@@ -272,19 +300,74 @@ class SqliteStore:
     # -- writes: buffered ------------------------------------------------------------------------------
 
     def record(self, entry: Entry, item: Item) -> None:
-        """Buffer one journal line and the item's row as it stands after it (the last row per key wins)."""
+        """Buffer one journal line and the item's row as it stands after it (the last row per key wins). The row of
+        a lease of an item with no row buffered is held back (written behind, see the module docstring)."""
         row = _item_row(item)
         _check_entry(entry)
+        key = item.key
         with self._lock:
             self._journal.append(tuple(entry))  # a plain tuple: sqlite3 binds it faster than a NamedTuple
-            self._rows[item.key] = row
-            keys = self._host_keys.get(item.host)
-            if keys is None:
-                self._host_keys[item.host] = {item.key}
+            if self._deferred and key in self._deferred:
+                self._undefer(key)
+            if entry.event == _LEASE_EVENT and key not in self._rows:
+                self._defer(key, item.host, row, entry.seq, item.deadline - entry.at)
             else:
-                keys.add(item.key)
+                self._rows[key] = row
+                keys = self._host_keys.get(item.host)
+                if keys is None:
+                    self._host_keys[item.host] = {key}
+                else:
+                    keys.add(key)
             if self.batch_rows > 0 and len(self._journal) + len(self._rows) >= self.batch_rows:
                 self._flush_locked()
+
+    def _defer(self, key: str, host: str, row: _ItemRow, seq: int, lease_s: float) -> None:
+        """Hold a lease's row back (its journal line is buffered); see the module docstring."""
+        if self._deferred and abs(lease_s - self._lease_s) > 1e-6:
+            self._write_deferred(len(self._deferred))  # one lease length per tail: the others' rows go now
+        self._lease_s = lease_s
+        self._deferred[key] = (row, seq, time.monotonic())
+        keys = self._deferred_hosts.get(host)
+        if keys is None:
+            self._deferred_hosts[host] = {key}
+        else:
+            keys.add(key)
+
+    def _undefer(self, key: str) -> None:
+        """Forget a held-back row: a newer row of the item replaces it."""
+        host = self._deferred.pop(key)[0][2]
+        keys = self._deferred_hosts[host]
+        keys.discard(key)
+        if not keys:
+            del self._deferred_hosts[host]
+
+    def _write_deferred(self, n: int) -> None:
+        """Move the `n` oldest held-back rows to the rows the next flush writes."""
+        for key in list(itertools.islice(self._deferred, n)):
+            row = self._deferred[key][0]
+            self._undefer(key)
+            self._rows[key] = row
+            keys = self._host_keys.get(row[2])
+            if keys is None:
+                self._host_keys[row[2]] = {key}
+            else:
+                keys.add(key)
+
+    def _write_tail_leases(self) -> None:
+        """On open: write the rows of leases the journal holds but the rows do not (a crash came before them)."""
+        con = self._con
+        con.execute("BEGIN IMMEDIATE")
+        try:
+            leases = tail_leases(con)
+            con.executemany(
+                _LEASE_TAIL_UPDATE,
+                ((a, g, r, d, key, g) for key, (a, g, r, d) in leases.items()),
+            )
+            con.execute(_META_UPSERT, (LEASES_META, ""))
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
 
     def note(self, entry: Entry) -> None:
         """Buffer a journal line that changes no row."""
@@ -301,20 +384,42 @@ class SqliteStore:
             self._robots[origin] = (origin, host, text)
 
     def set_meta(self, name: str, value: str) -> None:
-        """Buffer a small named value; the schema version's name is reserved."""
-        if name == SCHEMA_KEY:
-            raise ValueError(f"meta name {name!r} is reserved for the store's schema version")
+        """Buffer a small named value; the names of the schema version and the lease tail are reserved."""
+        if name in (SCHEMA_KEY, LEASES_META):
+            raise ValueError(f"meta name {name!r} is reserved for the store itself")
         with self._lock:
             self._meta[name] = value
 
     def flush(self) -> None:
-        """Commit everything buffered in one transaction; on failure nothing is committed, the buffers stay."""
+        """Commit everything buffered in one transaction; on failure nothing is committed, the buffers stay.
+
+        Lease rows held back stay so (their journal lines are committed), except those older than DEFER_S.
+        """
         with self._lock:
             self._flush_locked()
 
-    def _flush_locked(self) -> None:
+    def _flush_locked(self, *, all_rows: bool = False) -> None:
         if self._closed:
             raise sqlite3.ProgrammingError(f"{self.path}: store is closed")
+        deferred = self._deferred
+        if deferred:
+            if all_rows:
+                self._write_deferred(len(deferred))
+            else:
+                oldest = time.monotonic() - DEFER_S
+                late = 0
+                for _, _, at in deferred.values():
+                    if at > oldest:
+                        break
+                    late += 1
+                late = max(late, len(deferred) - DEFER_MAX_ROWS)
+                if late > 0:
+                    self._write_deferred(late)
+        tail = self._tail_due(time.monotonic())
+        if tail is not None:
+            self._meta[LEASES_META] = leases_value(*tail)
+        else:
+            self._meta.pop(LEASES_META, None)  # left by a failed flush: it may no longer cover the held-back rows
         if not (self._journal or self._rows or self._robots or self._meta):
             return
         con = self._con
@@ -338,6 +443,22 @@ class SqliteStore:
         self._host_keys = {}
         self._robots = {}
         self._meta = {}
+        if tail is not None:
+            self._tail, self._tail_at = tail, time.monotonic()
+
+    def _tail_due(self, now: float) -> tuple[int, float] | None:
+        """The LEASES_META value this flush must write, or None. Its seq may lag behind the oldest held-back lease
+        (opening the file then reads a little more journal), never pass it: it is written at once when rows are held
+        back and none is recorded (or under another lease length), else at most once per TAIL_EVERY_S."""
+        if self._deferred:
+            tail = (next(iter(self._deferred.values()))[1], self._lease_s)
+            if self._tail[0] == 0 or self._tail[1] != tail[1]:
+                return tail
+        else:
+            tail = (0, 0.0)
+        if tail != self._tail and now - self._tail_at >= TAIL_EVERY_S:
+            return tail
+        return None
 
     def prune(self, keys: Sequence[str]) -> None:
         """Delete the rows of `keys` and their journal lines now, buffered writes first (retention).
@@ -395,8 +516,8 @@ class SqliteStore:
         """Scheduled items of `host` with (priority, seq) > `after`, in that order: one index range scan.
 
         Buffered rows count without a commit (a refill in the middle of a Lease batch used to commit it): the
-        committed rows, read `limit` + (buffered rows of the host) deep, with the buffered rows of the host laid
-        over them, are exactly what a flush and the same scan would give.
+        committed rows, read `limit` + (buffered and held-back rows of the host) deep, with those rows laid over
+        them, are exactly what a flush of everything and the same scan would give.
         """
         if limit <= 0:
             return []
@@ -404,13 +525,15 @@ class SqliteStore:
             if self._closed:
                 raise sqlite3.ProgrammingError(f"{self.path}: store is closed")
             keys = self._host_keys.get(host)
-            depth = limit + len(keys) if keys else limit
-            rows = self._con.execute(_BACKLOG, (host, after[0], after[1], depth)).fetchall()
-            if keys:
-                rows = [r for r in rows if r[0] not in keys]
-                buffered = self._rows
-                for key in keys:
-                    r = buffered[key]
+            held = self._deferred_hosts.get(host)
+            extra = (len(keys) if keys else 0) + (len(held) if held else 0)
+            rows = self._con.execute(_BACKLOG, (host, after[0], after[1], limit + extra)).fetchall()
+            if extra:
+                rows = [r for r in rows if not (keys and r[0] in keys) and not (held and r[0] in held)]
+                over = [self._rows[k] for k in keys] if keys else []
+                if held:
+                    over += [self._deferred[k][0] for k in held]
+                for r in over:
                     if r[10] == "scheduled" and (r[7], r[8]) > after:
                         rows.append(r)
                 rows.sort(key=_order)
@@ -421,6 +544,8 @@ class SqliteStore:
         """The item row of `key`; a buffered row is answered from the buffer without a flush."""
         with self._lock:
             row = self._rows.get(key)
+            if row is None and key in self._deferred:
+                row = self._deferred[key][0]
             if row is None:
                 row = self._con.execute(f"{_ITEM_SELECT} WHERE key = ?", (key,)).fetchone()
         return None if row is None else _row_item(row)
@@ -474,14 +599,15 @@ class SqliteStore:
         return (int(journal_max or 0), int(item_max or 0))
 
     def _snapshot(self) -> sqlite3.Connection:
-        """A private connection holding a read transaction on the state as of now, buffers flushed first.
+        """A private connection holding a read transaction on the state as of now, buffers (and the lease rows held
+        back) flushed first.
 
         A WAL reader keeps seeing the database as of its first read, so the caller gets the state at the call
         (as the reference store's lists do) while the writer goes on committing, and long scans run without
         the store's lock.
         """
         with self._lock:
-            self._flush_locked()
+            self._flush_locked(all_rows=True)
             reader = _open(self.path)
             try:
                 reader.execute("BEGIN")
@@ -515,7 +641,7 @@ class SqliteStore:
             if self._closed:
                 return
             try:
-                self._flush_locked()
+                self._flush_locked(all_rows=True)
             finally:
                 self._closed = True
                 self._stop.set()
