@@ -23,6 +23,7 @@ from typing import Any
 
 from redis.exceptions import NoScriptError
 
+from frontier_node.commit import Flushed
 from frontier_node.core.records import Entry
 from frontier_node.store.redis.handoff import Batch
 from frontier_node.store.redis.scripts import Scripts
@@ -100,22 +101,6 @@ class Flight:
     def wait(self) -> None:
         if not self.done:
             self._settle(self)
-        if self.error is not None:
-            raise self.error
-
-
-class Landed:
-    """A flush with nothing left in flight (a Cluster's runs at once; or there was nothing to write)."""
-
-    done = True
-
-    def __init__(self, error: BaseException | None = None) -> None:
-        self.error = error
-
-    def when_ready(self, callback: Callable[[], None]) -> None:
-        callback()
-
-    def wait(self) -> None:
         if self.error is not None:
             raise self.error
 
@@ -201,7 +186,7 @@ class Flights:
             if self._flight is flight:
                 self._settle()
 
-    def _send_one(self, epoch: int, *, inline: bool) -> Flight | Landed:
+    def _send_one(self, epoch: int, *, inline: bool) -> Flight | Flushed:
         """A flush on a single server in one round trip: the node-scoped writes, then one write_all script call
         for every domain's batch (the fences checked in the script), in one pipeline, sent on the writer thread
         or `inline`; the buffers go with it (flight.py)."""
@@ -212,7 +197,7 @@ class Flights:
             call = ([self._instance_key], [self.node_id, epoch, self.namespace, self.instance, *self._sections(epoch)])
             pipe.execute_command("EVALSHA", self._scripts.shas["write_all"], 1, *call[0], *call[1])
         elif not node:
-            return Landed()
+            return Flushed()
         answers: Future[list[Any]] = Future()
         if inline:
             try:

@@ -66,6 +66,7 @@ from typing import Any, Final
 import redis
 from redis.cluster import RedisCluster
 
+from frontier_node.commit import Flushed
 from frontier_node.core.ports import StoreLost
 from frontier_node.core.records import Entry, Item, Kind, LinkLike
 from frontier_node.core.states import State
@@ -94,7 +95,7 @@ from frontier_node.store.redis.codec import (
     unpack_robots,
     unpack_row,
 )
-from frontier_node.store.redis.flight import Flight, Flights, Landed, Writer
+from frontier_node.store.redis.flight import Flight, Flights, Writer
 from frontier_node.store.redis.handoff import Batch, DomainHandoff, FencedOut
 from frontier_node.store.redis.mail import Mailroom, encode, link_messages, link_row
 from frontier_node.store.redis.scripts import Scripts
@@ -356,7 +357,7 @@ class RedisStore(Flights, DomainHandoff):
         with self._lock:
             self._flush_locked()
 
-    def begin_flush(self) -> Flight | Landed:
+    def begin_flush(self) -> Flight | Flushed:
         """Start a flush and return without its answer: on a single server its pipeline is sent on the store's
         writer thread, and `wait()` on the result settles it as `flush()` would have (see flight.py). Every
         other call that touches Redis settles it first. On a Cluster the flush runs at once."""
@@ -366,7 +367,7 @@ class RedisStore(Flights, DomainHandoff):
     def _flush_locked(self) -> None:
         self._begin(inline=True).wait()
 
-    def _begin(self, *, inline: bool) -> Flight | Landed:
+    def _begin(self, *, inline: bool) -> Flight | Flushed:
         """Settle the flight out, then start flushing the buffers: on the writer thread, or `inline`."""
         self._settle()
         if self._closed:
@@ -385,7 +386,7 @@ class RedisStore(Flights, DomainHandoff):
             or self._posts
             or self._breaches
         ):
-            return Landed()
+            return Flushed()
         epoch = int(self._epoch())
         if not 0 <= epoch < EPOCH_LIMIT:
             raise ValueError(f"ring epoch {epoch} out of range")
@@ -398,8 +399,8 @@ class RedisStore(Flights, DomainHandoff):
         except Exception as e:
             if inline:
                 raise
-            return Landed(e)
-        return Landed()
+            return Flushed(e)
+        return Flushed()
 
     def _place_notes(self) -> None:
         """Move buffered notes into their domain's batch, or the node's orphan lines when the key names none."""
