@@ -34,6 +34,7 @@ from hostring_cli.args import (
     positive_int,
 )
 from hostring_cli.cluster import add_cluster_commands, add_tls_flags, add_token_flag, tls_from, token_from
+from hostring_cli.parent import exit_with_parent
 from hostring_cli.revisit import add_revisit_commands, revisit_config, revisit_flags
 from hostring_cli.settings import SETTINGS_HELP, Settings, key_of, read_stored, resolve, run_record
 
@@ -218,6 +219,8 @@ def _global_flags(p: argparse.ArgumentParser, *, top: bool) -> None:
 
 
 def cmd_node(args: argparse.Namespace) -> int:
+    if args.exit_with_parent is not None:
+        exit_with_parent(args.exit_with_parent)
     from frontier_node.server import serve_forever, start_node, stop_signals
 
     mode, scope_file = scope_setting(args.scope, args.scope_file)
@@ -476,6 +479,13 @@ def build_parser() -> Parser:
     )
     node.add_argument("--weight", type=positive_int, default=1, help="share of the ring")
     node.add_argument("--metrics-port", type=port, default=None, metavar="PORT", help="serve Prometheus /metrics")
+    node.add_argument(
+        "--exit-with-parent",
+        type=int,
+        default=None,
+        metavar="PID",
+        help="end when process PID, this node's parent, ends (as `hostring crawl` starts its node)",
+    )
     _scope_flags(node, "all")
     add_token_flag(node, server=True)
     add_tls_flags(node, server=True)

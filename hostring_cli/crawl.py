@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import json
 import os
 import re
@@ -113,12 +112,6 @@ def read_seeds(urls: list[str], seeds_file: Path | None) -> list[str]:
 # ---------------------------------------------------------------------------------------------- the node child
 
 
-def _child_setup() -> None:
-    """In the child: receive SIGKILL when the parent dies, so a killed crawl leaves no orphan node."""
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
 def node_command(opts: CrawlOptions) -> list[str]:
     """`hostring node` on the crawl's store and a free loopback port, with the crawl's politeness."""
     scope = ["--scope", opts.scope] if opts.scope_file is None else ["--scope", str(opts.scope_file.resolve())]
@@ -150,6 +143,8 @@ def node_command(opts: CrawlOptions) -> list[str]:
         *(["--user-agent", opts.user_agent] if opts.user_agent else []),
         *(["--metrics-port", str(opts.metrics_port + 1)] if opts.metrics_port is not None else []),
         *revisit_node_args(opts.revisit),
+        "--exit-with-parent",
+        str(os.getpid()),
         *opts.node_args,
     ]
 
@@ -163,7 +158,6 @@ def start_node_process(opts: CrawlOptions, log: TextIO) -> tuple[subprocess.Pope
         stderr=log,
         stdin=subprocess.DEVNULL,
         text=True,
-        preexec_fn=_child_setup,
         process_group=0,  # Ctrl-C in the terminal goes to the crawl only; it stops the node in its own time
         env=env,  # the crawl gives its settings as flags; a private node reads no HOSTRING_* (nor an admin token)
     )

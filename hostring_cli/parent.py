@@ -1,0 +1,23 @@
+"""A child process that ends with its parent: `hostring crawl`'s private node must not outlive a killed crawl.
+
+The child asks for it itself, first thing (PR_SET_PDEATHSIG), rather than the parent in a `preexec_fn`: that
+makes subprocess fork() the parent instead of vfork/posix_spawn, and a fork of a process with gRPC's threads
+running can leave the child broken before it execs (seen: an epoll_wait error and no node).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+
+_PR_SET_PDEATHSIG = 1
+
+
+def exit_with_parent(parent_pid: int) -> None:
+    """Receive SIGKILL when the parent dies; exit now if `parent_pid` is no longer the parent (it died before)."""
+    with contextlib.suppress(Exception):  # not Linux: the crawl still stops its node; only a SIGKILLed one leaks
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent_pid:
+        os._exit(1)
