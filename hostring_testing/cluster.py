@@ -24,6 +24,7 @@ from typing import Any, NamedTuple, Self
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from frontier_node.store.redis import RedisStore
 from hostring.limits import grpc_options
 from hostring.membership import ring_from_proto
 from hostring.ring import Ring
@@ -333,3 +334,33 @@ def wait_for(predicate: Callable[[], bool], timeout: float, what: str, interval:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
     return time.monotonic() - start
+
+
+def journals(judge: RedisStore) -> dict[str, list[dict[str, Any]]]:
+    """fetch key -> its journal lines from every writer, in applied order (epoch, seq), from Redis."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for domain in sorted(judge.all_domains()):
+        for line in judge.export_domain(domain)["journal"]:
+            _seq, _run_id, key, attempt, generation, frm, event, to, at, *_ = line["entry"]
+            out.setdefault(key, []).append(
+                {
+                    "writer": line["writer"],
+                    "epoch": line["epoch"],
+                    "event": event,
+                    "from": frm,
+                    "to": to,
+                    "gen": generation,
+                    "attempt": attempt,
+                    "at": at,
+                }
+            )
+    return out
+
+
+def settled_at(lines: dict[str, list[dict[str, Any]]], key: str, start: float) -> float | None:
+    """When a node journaled the end of the fetch of `key` that a request starting at `start` served: the first
+    settling of a lease (complete, retry, release...; not an expiry, which says nothing of the response) after it."""
+    for e in lines.get(key, []):
+        if e["at"] >= start - 0.05 and e["from"] == "leased" and e["event"] != "expire":
+            return float(e["at"])
+    return None

@@ -46,7 +46,7 @@ from hostring.ring import Ring
 from hostring.urls import ROBOTS_PREFIX, identify
 from hostring.v1 import frontier_pb2 as pb
 from hostring_testing import LocalWeb, Oracle, needed_depth, oracle_for, random_model, render_model
-from hostring_testing.cluster import Cluster, assert_no_node_errors, single_owner, wait_for
+from hostring_testing.cluster import Cluster, assert_no_node_errors, journals, settled_at, single_owner, wait_for
 from hostring_testing.crawls import TOKEN, gaps, politeness_violations
 from hostring_testing.proc import STARTUP_TIMEOUT_S, log_records
 
@@ -59,27 +59,6 @@ def redis_progress(judge: RedisStore) -> Counter[str]:
     for domain in judge.all_domains():
         total.update(judge.domain_counts(domain))
     return total
-
-
-def journals(judge: RedisStore) -> dict[str, list[dict[str, Any]]]:
-    """fetch key -> its journal lines from every writer, in applied order (epoch, seq), from Redis."""
-    out: dict[str, list[dict[str, Any]]] = {}
-    for domain in sorted(judge.all_domains()):
-        for line in judge.export_domain(domain)["journal"]:
-            _seq, _run_id, key, attempt, generation, frm, event, to, at, *_ = line["entry"]
-            out.setdefault(key, []).append(
-                {
-                    "writer": line["writer"],
-                    "epoch": line["epoch"],
-                    "event": event,
-                    "from": frm,
-                    "to": to,
-                    "gen": generation,
-                    "attempt": attempt,
-                    "at": at,
-                }
-            )
-    return out
 
 
 def key_for_resource(web: LocalWeb, oracle: Oracle, origin: str, resource: str) -> str:
@@ -368,15 +347,6 @@ def leased_by(lines: dict[str, list[dict[str, Any]]], key: str, at: float) -> st
     """Which node journaled the lease of `key` that a request starting at `at` served (the last one before)."""
     leases = [e for e in lines.get(key, []) if e["event"] == "lease" and e["at"] <= at + 0.05]
     return f"{leases[-1]['writer']}@epoch{leases[-1]['epoch']}" if leases else "no lease journaled"
-
-
-def settled_at(lines: dict[str, list[dict[str, Any]]], key: str, start: float) -> float | None:
-    """When a node journaled the end of the fetch of `key` that a request starting at `start` served: the first
-    settling of a lease (complete, retry, release...; not an expiry, which says nothing of the response) after it."""
-    for e in lines.get(key, []):
-        if e["at"] >= start - 0.05 and e["from"] == "leased" and e["event"] != "expire":
-            return float(e["at"])
-    return None
 
 
 def politeness_problems(
