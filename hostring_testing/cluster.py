@@ -16,15 +16,14 @@ import re
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple, Self
+from typing import Any, NamedTuple, Protocol, Self
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from frontier_node.store.redis import RedisStore
 from hostring.limits import grpc_options
 from hostring.membership import ring_from_proto
 from hostring.ring import Ring
@@ -336,7 +335,15 @@ def wait_for(predicate: Callable[[], bool], timeout: float, what: str, interval:
     return time.monotonic() - start
 
 
-def journals(judge: RedisStore) -> dict[str, list[dict[str, Any]]]:
+class JournalSource(Protocol):
+    """What journals() reads: a Redis store's domains and their exports (frontier_node's RedisStore)."""
+
+    def all_domains(self) -> Iterable[str]: ...
+
+    def export_domain(self, domain: str) -> dict[str, Any]: ...
+
+
+def journals(judge: JournalSource) -> dict[str, list[dict[str, Any]]]:
     """fetch key -> its journal lines from every writer, in applied order (epoch, seq), from Redis."""
     out: dict[str, list[dict[str, Any]]] = {}
     for domain in sorted(judge.all_domains()):
