@@ -219,6 +219,25 @@ def gaps(hits: Sequence[Hit]) -> list[tuple[float, Hit, Hit]]:
     return out
 
 
+def short_pauses(
+    hits: Sequence[Hit], delay: float, tolerance: float, settled: Callable[[Hit], float | None] | None = None
+) -> list[tuple[float, Hit, Hit]]:
+    """The gaps() of one origin's hits that fall short of `delay` (less `tolerance`).
+
+    `settled(hit)`, when given, is when a node journaled the end of the fetch that hit served: the response ended
+    no later than that, so a pause counts from the earlier of it and the server's end stamp (a server thread
+    descheduled between writing a response and stamping its end makes the next pause look short). Both are upper
+    bounds of the true end: the pause is never made to look longer than it was."""
+    out = []
+    for gap, prev, cur in gaps(hits):
+        if gap < delay - tolerance:
+            done = settled(prev) if settled is not None else None
+            if done is not None and cur.start - min(prev.end, done) >= delay - tolerance:
+                continue
+            out.append((gap, prev, cur))
+    return out
+
+
 def politeness_violations(
     web: LocalWeb,
     label: str,
@@ -226,20 +245,14 @@ def politeness_violations(
     tolerance: float = GAP_TOLERANCE_S,
     settled: Callable[[Hit], float | None] | None = None,
 ) -> list[str]:
-    """Human lines for every overlap or short pause on one origin, judged from the server's timestamps.
-
-    `settled(hit)`, when given, is when a node journaled the end of the fetch that hit served: the response ended
-    no later than that, so a pause counts from the earlier of it and the server's end stamp (a server thread
-    descheduled between writing a response and stamping its end makes the next pause look short). Both are upper
-    bounds of the true end: the pause is never made to look longer than it was."""
+    """Human lines for every overlap or short pause on one origin, judged from the server's timestamps (and, given
+    `settled`, the journal: see short_pauses)."""
     hits = web.hits_for(label)
     bad = [f"{h.path} started with {h.concurrent} requests in flight" for h in hits if h.concurrent > 1]
-    for gap, prev, cur in gaps(hits):
-        if gap < delay - tolerance:
-            done = settled(prev) if settled is not None else None
-            if done is not None and cur.start - min(prev.end, done) >= delay - tolerance:
-                continue
-            bad.append(f"{cur.path} started {gap:.3f}s after {prev.path} ended (delay {delay}s)")
+    bad += [
+        f"{cur.path} started {gap:.3f}s after {prev.path} ended (delay {delay}s)"
+        for gap, prev, cur in short_pauses(hits, delay, tolerance, settled)
+    ]
     return bad
 
 

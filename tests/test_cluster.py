@@ -47,8 +47,9 @@ from hostring.urls import ROBOTS_PREFIX, identify
 from hostring.v1 import frontier_pb2 as pb
 from hostring_testing import LocalWeb, Oracle, needed_depth, oracle_for, random_model, render_model
 from hostring_testing.cluster import Cluster, assert_no_node_errors, journals, settled_at, single_owner, wait_for
-from hostring_testing.crawls import TOKEN, gaps, politeness_violations
+from hostring_testing.crawls import TOKEN, gaps, politeness_violations, short_pauses
 from hostring_testing.proc import STARTUP_TIMEOUT_S, log_records
+from hostring_testing.server import Hit
 
 # ============================================================================================== judging
 
@@ -352,30 +353,24 @@ def leased_by(lines: dict[str, list[dict[str, Any]]], key: str, at: float) -> st
 def politeness_problems(
     web: LocalWeb, oracle: Oracle, lines: dict[str, list[dict[str, Any]]], delay: float
 ) -> list[str]:
-    """politeness_violations, each annotated with the node that leased either request (from the journals).
-
-    A response ended no later than the journaled completion it led to (the worker sends it after reading the
-    response), so a pause is measured from the earlier of the server's end stamp and that completion: under load
-    the server thread can be descheduled between writing a response and stamping its end (one run: stamped 87 ms
-    after the node had journaled the page complete), which made a pause that was the full delay after the
-    response look 0.23 s long. The earlier of two upper bounds of the true end never makes a pause look longer
-    than it was."""
+    """Overlaps and short pauses (short_pauses, with each fetch's journaled completion), each annotated with the
+    node that leased either request (from the journals)."""
     out = []
     for label in web.origins:
-        if not politeness_violations(web, label, delay, GAP_TOLERANCE_S):
-            continue
         origin = web.origins[label]
-        for gap, prev, cur in gaps(web.hits_for(label)):
-            if gap >= delay - GAP_TOLERANCE_S and cur.concurrent <= 1:
+
+        def key(h: Hit, origin: str = origin) -> str:
+            return key_for_resource(web, oracle, origin, h.resource)
+
+        def settled(h: Hit) -> float | None:
+            return settled_at(lines, key(h), h.start)
+
+        hits = web.hits_for(label)
+        short = {id(cur) for _, _, cur in short_pauses(hits, delay, GAP_TOLERANCE_S, settled)}
+        for gap, prev, cur in gaps(hits):
+            if cur.concurrent <= 1 and id(cur) not in short:
                 continue
-            settled = settled_at(lines, key_for_resource(web, oracle, origin, prev.resource), prev.start)
-            if (
-                settled is not None
-                and cur.concurrent <= 1
-                and cur.start - min(prev.end, settled) >= delay - GAP_TOLERANCE_S
-            ):
-                continue
-            who = [leased_by(lines, key_for_resource(web, oracle, origin, h.resource), h.start) for h in (prev, cur)]
+            who = [leased_by(lines, key(h), h.start) for h in (prev, cur)]
             out.append(
                 f"politeness: {label}: {cur.path} started {gap:.3f}s after {prev.path} ended "
                 f"(delay {delay}s, {cur.concurrent} in flight); leased by {who[0]} and {who[1]}"
