@@ -569,8 +569,8 @@ class Worker:
         unanswered = False
         while True:
             pause = max(0.5, (deadline[0] - time.time()) / 2)
-            if unanswered:  # the node is down: the renewal goes to its successor as soon as the ring names one
-                address = await self._successor(item, address, pause)
+            if unanswered and item.domain:  # the node is down: ask its successor as soon as the ring names one
+                address = await self.router.moved(item.domain, address, pause)
             else:
                 await asyncio.sleep(pause)
             try:
