@@ -31,7 +31,7 @@ from fetch_worker.fetch import Fetcher, FetchResult, media_type
 from fetch_worker.links import extract_links
 from fetch_worker.metrics import WorkerMetrics
 from fetch_worker.warc import WarcWriter, payload_digest, warc_date
-from hostring.client import CompletionBatcher, NodeClients, NodeStoreLost, Router, store_lost_reason
+from hostring.client import WRONG_OWNER, CompletionBatcher, NodeClients, NodeStoreLost, Router, store_lost_reason
 from hostring.fingerprint import body_digest, simhash64
 from hostring.urls import reference_key, reference_keys
 from hostring.v1 import frontier_pb2 as pb
@@ -467,7 +467,9 @@ class Worker:
         """Settle the lease on the owner of its domain, trying until the lease's deadline (wall clock).
 
         A wrong-owner answer or a node that does not answer sends it to the domain's owner at the newest ring
-        (the lease lives on in the shared store: the new owner adopted the leased row and settles it). After the
+        (the lease lives on in the shared store: the new owner adopted the leased row and settles it), the moment
+        the ring names another owner: a dead node's address stays backed off, and waiting that out could take the
+        completion past the deadline, and the page to a second fetch. After the
         deadline the lease has expired and the item will be handed out again, so there is nothing left to settle.
         `turn`, the processing turn the caller holds, is released once the first attempt has left.
         """
@@ -513,8 +515,7 @@ class Worker:
                         "could not complete %s before its lease's deadline; it will be handed out again", item.url
                     )
                     return
-                await asyncio.sleep(max(0.05, min(wait, deadline - time.time())))
-                address = await self._owner(item, address)
+                address = await self._successor(item, address, max(0.05, min(wait, deadline - time.time())))
         finally:
             if turn is not None:
                 turn.release()
@@ -535,6 +536,16 @@ class Worker:
         except NodeStoreLost as e:
             self._store_lost(e)
 
+    async def _successor(self, item: pb.LeaseItem, address: str, pause_s: float) -> str:
+        """Where the item's next call goes after at most `pause_s`: at once to the node the ring names as its domain's
+        owner when that is no longer `address` (the WatchRing stream brings a dead owner's successor while its
+        address is still backed off), else to the owner at the newest ring read at the end of the pause."""
+        if not item.domain:
+            await asyncio.sleep(pause_s)
+            return address
+        owner = await self.router.moved(item.domain, address, pause_s)
+        return owner if owner != address else await self._owner(item, address)
+
     async def _owner(self, item: pb.LeaseItem, address: str) -> str:
         """The node that owns the item's domain at the newest ring (`address` when the ring cannot say)."""
         with contextlib.suppress(Exception):
@@ -550,21 +561,29 @@ class Worker:
         When the domain's owner answers that the lease is gone (expired, released, or leased again under a newer
         generation), the fetch is cut (`cut` expires at once: the node may have given the host to another fetch)
         and the reason returned. A node that no longer owns the domain is not the last word: the next renewal goes
-        to the new owner, which adopts the leased row with its deadline as it takes the domain over.
+        to the new owner, which adopts the leased row with its deadline as it takes the domain over. A node that
+        does not answer (killed) is asked again until the ring names its successor, and that one at once.
         """
         span_ms = int(max(1.0, deadline[0] - time.time()) * 1000)
         request = pb.RenewRequest(lease_id=item.lease_id, generation=item.generation, extend_ms=span_ms)
+        unanswered = False
         while True:
-            await asyncio.sleep(max(0.5, (deadline[0] - time.time()) / 2))
+            pause = max(0.5, (deadline[0] - time.time()) / 2)
+            if unanswered and item.domain:  # the node is down: ask its successor as soon as the ring names one
+                address = await self.router.moved(item.domain, address, pause)
+            else:
+                await asyncio.sleep(pause)
             try:
                 resp = await self.stub(address).Renew(request, timeout=10)
             except grpc.aio.AioRpcError:
+                unanswered = True
                 continue
+            unanswered = False
             if resp.ok:
                 deadline[0] = resp.deadline_ms / 1000.0
                 continue
             owner = await self._owner(item, address)
-            if owner != address:
+            if owner != address or resp.reason == WRONG_OWNER:
                 address = owner  # a ring change: asked again there (it may still be adopting the domain)
                 continue
             with contextlib.suppress(RuntimeError):  # the fetch already ended: nothing left to cut

@@ -19,6 +19,7 @@ from typing import Any, Generic, TypeVar
 from frontier_node.core.frontier import Frontier
 from frontier_node.core.ports import Outbox
 from frontier_node.core.records import Item, LinkLike, LinkVerdict
+from hostring.client import WRONG_OWNER
 from hostring.urls import domain_of
 
 T = TypeVar("T")
@@ -141,6 +142,12 @@ class Lease(Op[Leased]):
         return Leased(items, core.drained, core.next_event_in())
 
 
+def lease_domain(core: Frontier, lease_id: str) -> str:
+    """The registrable domain of a lease: its current item's, else the one its key names."""
+    domain = core.leased_domain(lease_id)
+    return domain_of(lease_id) if domain is None else domain
+
+
 @dataclass(slots=True)
 class Settled:
     """One completion's answer; `forward` holds links other nodes own when there is no outbox to leave them in."""
@@ -207,11 +214,9 @@ class Complete(Op[list[Settled]]):
         return Step.DONE
 
     def _one(self, core: Frontier, request: Any) -> tuple[Settled, str]:
-        domain = core.leased_domain(request.lease_id)
-        if domain is None:
-            domain = domain_of(request.lease_id)
+        domain = lease_domain(core, request.lease_id)
         if not core.owns(domain):
-            return Settled(reason="wrong_owner", wrong_owner=True), domain
+            return Settled(reason=WRONG_OWNER, wrong_owner=True), domain
         done = core.complete(request.lease_id, request.generation, request.outcome, request.links)
         forward = done.forward
         if forward and self.outbox is not None:
@@ -229,7 +234,7 @@ class Complete(Op[list[Settled]]):
             if answer.wrong_owner:
                 continue
             if domain in fenced:
-                self.settled[i] = (Settled(reason="wrong_owner", wrong_owner=True), domain)
+                self.settled[i] = (Settled(reason=WRONG_OWNER, wrong_owner=True), domain)
             elif answer.follow_links:
                 request = self.completions[i]
                 lost = [link for link in request.links if domain_of(link.observed, link.base_url) in fenced]

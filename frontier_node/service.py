@@ -28,10 +28,11 @@ from frontier_node.core.records import Item, Kind, LinkVerdict
 from frontier_node.core.revisit import describe
 from frontier_node.core.views import CoverageInput, HostView
 from frontier_node.core_thread import CoreThread, NodeUnavailable
-from frontier_node.ops import Call, Claim, Complete, Discover, Lease, Op, Settled
+from frontier_node.ops import Call, Claim, Complete, Discover, Lease, Op, Settled, lease_domain
 from frontier_node.reading import StoreReader
 from frontier_node.report import coverage_report
 from frontier_node.wire import DecodeWarnings, UndecodableRequest, handlers
+from hostring.client import WRONG_OWNER
 from hostring.limits import MAX_MESSAGE_BYTES, REPORT_CHUNK_BYTES
 from hostring.text import escape_tree
 from hostring.urls import UrlRejected, identify
@@ -174,6 +175,8 @@ class FrontierService:
         await self._check(request, context)
 
         def renew(core: Frontier) -> pb.RenewResponse:
+            if not core.owns(lease_domain(core, request.lease_id)):  # not "gone": the owner at a newer ring has it
+                return pb.RenewResponse(ok=False, reason=WRONG_OWNER)
             try:
                 deadline = core.renew(request.lease_id, request.generation, request.extend_ms / 1000.0)
             except LeaseError as e:

@@ -39,6 +39,9 @@ ROUTE_DEADLINE_S = 120.0
 _BATCH_BYTES = MAX_MESSAGE_BYTES // 2  # a CompleteBatch's request, leaving the reply room for forwarded links
 STORE_LOST = "store_lost"
 """The prefix of the details of a node's answer when its store lost data (UNAVAILABLE "store_lost: <reason>")."""
+WRONG_OWNER = "wrong_owner"
+"""The reason a node gives for a lease (Renew, Complete) or link of a domain it does not own at its ring epoch: the
+owner at a newer ring has it, so the caller asks that node, and a lease is not taken for gone."""
 # Codes that say "this node cannot answer now" (as opposed to "your request is wrong"): back off from it.
 _UNREACHABLE = frozenset(
     {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN}
@@ -54,6 +57,12 @@ class Router(Protocol):
 
     async def refresh(self) -> object:
         """Read the ring again (after a wrong-owner answer or a lost node); what it answers is not used."""
+        ...
+
+    async def moved(self, domain: str, address: str, timeout_s: float) -> str:
+        """Wait up to `timeout_s` for a ring in which another node than `address` owns `domain`; that node's address
+        (at once when the ring already says so), else `address`. What waits on a dead owner goes to its successor
+        the moment the ring names it, not at the end of a backoff."""
         ...
 
 
@@ -72,6 +81,11 @@ class StaticRouter:
 
     async def refresh(self) -> None:
         return None
+
+    async def moved(self, domain: str, address: str, timeout_s: float) -> str:
+        """Ownership never moves here: waits `timeout_s`."""
+        await asyncio.sleep(timeout_s)
+        return address
 
 
 class NodeStoreLost(RuntimeError):

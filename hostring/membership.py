@@ -328,6 +328,22 @@ class RingWatcher:
 
         return await asyncio.wait_for(_wait(), timeout)
 
+    async def moved(self, domain: str, address: str, timeout_s: float) -> str:
+        """Wait up to `timeout_s` for a ring in which another node than `address` owns `domain` (the WatchRing
+        stream brings it); that node's address, else `address`."""
+
+        def elsewhere(ring: Ring) -> bool:
+            member = ring.owner(domain)
+            return member is not None and member.address != address
+
+        if self._changed is None:  # not following the ring: nothing can move
+            await asyncio.sleep(timeout_s)
+        elif not elsewhere(self._ring):
+            with contextlib.suppress(TimeoutError):
+                await self.wait_for(elsewhere, timeout_s)
+        member = self._ring.owner(domain)
+        return member.address if member is not None else address
+
     def nodes(self) -> list[str]:
         """Addresses of every member, in node id order."""
         return [m.address for m in self._ring.members.values()]

@@ -11,6 +11,9 @@ codes and logs, gRPC health, and the rows in Redis.
 - Spoofed heartbeats (no admin token) for a dead node: refused UNAUTHENTICATED, and the node leaves the ring.
 - A dead owner: workers back off (a few log lines, not dozens a second) and its in-flight completions are
   settled by the node that adopts its leases, well before those leases would expire.
+- A node SIGKILLed while a worker holds its leases, some pages still arriving and some fetched with their
+  completions not yet sent: the renewals and completions go to the node that adopts the leases as soon as the ring
+  names it, that node settles them under the generations the dead node granted, and no page is fetched twice.
 - The coordinator SIGKILLed and restarted: the cluster keeps crawling meanwhile, and finishes.
 - A node SIGKILLed while a join's handoff runs: nothing is lost.
 
@@ -23,6 +26,7 @@ import contextlib
 import signal
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,14 +37,16 @@ import redis
 
 from frontier_node.store.redis import RedisStore
 from hostring.ring import Ring
+from hostring.urls import identify
 from hostring.v1 import coordinator_pb2 as cpb
 from hostring.v1 import coordinator_pb2_grpc as cpb_grpc
 from hostring_testing import LocalWeb, Oracle, oracle_for, random_model, render_model
-from hostring_testing.cluster import Cluster, wait_for
+from hostring_testing.cluster import Cluster, journals, wait_for
 from hostring_testing.crawls import TOKEN
-from hostring_testing.pages import Page, Site, robots_page
+from hostring_testing.pages import Page, Site, html_page, robots_page
 from hostring_testing.proc import STARTUP_TIMEOUT_S
 from hostring_testing.redis_server import RedisServer
+from hostring_testing.server import CountingWeb
 
 pytestmark = pytest.mark.slow
 
@@ -301,6 +307,73 @@ def test_dead_owner_is_backed_off_and_its_completions_are_settled_by_its_success
         wait_for(lambda: not missing(web, oracle), lease_s - 10, "every page, before the dead node's leases expire")
         for w in ("w1", "w2"):
             assert "could not complete" not in c.procs[w].log(), c.procs[w].tail()
+
+
+@pytest.mark.timeout(150)
+def test_leases_of_a_sigkilled_node_are_settled_by_its_successor_and_not_fetched_again(
+    tmp_path: Path, empty_redis: str
+) -> None:
+    """One worker leases a slow page on each of 20 origins from two nodes; once every request has begun, the node
+    that granted more of them is SIGKILLed (heartbeat timeout 2 s, leases 5 s). Its quick pages end while it is
+    dead and still in the ring (their completions fail and wait), its slow ones outlast the leases it granted
+    (their renewals fail too). Each of its pages is renewed and completed at the node that adopted the domain,
+    under the generation the dead node granted: nothing expires, nothing is late evidence, and every page is
+    requested exactly once, one request at a time per origin. (Before: a completion or renewal waited out the dead
+    node's backoff, or never left its address, and reached the successor after the lease had expired there: the
+    page was fetched again.)"""
+    labels = [f"o{i}" for i in range(20)]
+    body = "<html><body>" + "x" * 114 + "</body></html>"  # 140 bytes
+    # A byte every 10 ms (~1.4 s: ends while the ring still names the dead node) or every 50 ms (~7 s: outlasts the
+    # lease the dead node granted).
+    sites = {
+        label: Site({"/slow": html_page(body, trickle_s=0.05 if i % 2 else 0.01)}) for i, label in enumerate(labels)
+    }
+    with (
+        contextlib.closing(redis.Redis.from_url(empty_redis)) as client,
+        CountingWeb(sites) as web,
+        Cluster(tmp_path, empty_redis, heartbeat_timeout=2.0, delay=0.0, lease_s=5.0) as c,
+        running(c),
+    ):
+        judge = RedisStore(client, node_id="test-judge", epoch=0)
+        c.hits_of = lambda: len(web.hits)
+        c.start_coordinator()
+        c.start_nodes("n1", "n2")
+        ring = c.wait_settled({"n1", "n2"}, STARTUP_TIMEOUT_S)
+        urls = {label: web.url(label, "/slow") for label in labels}
+        owner = {label: ring.owner(identify(url).domain) for label, url in urls.items()}
+        owned = Counter(m.node_id for m in owner.values() if m is not None)
+        victim = max(("n1", "n2"), key=lambda n: (owned[n], n))
+        survivor = "n2" if victim == "n1" else "n1"
+        mine = [label for label in labels if owner[label] is not None and owner[label].node_id == victim]
+        assert mine, owned
+        c.seed(list(urls.values()))
+        c.start_workers("w1")
+        wait_for(lambda: all(web.has_started(label, "/slow") for label in labels), 60, "every request to begin")
+        c.procs[victim].stop(signal.SIGKILL)
+        c.note(f"{victim} SIGKILLed holding leases of {mine}")
+        c.wait_settled({survivor}, 30.0)
+
+        def settled() -> bool:
+            busy = Counter[str]()
+            for d in judge.all_domains():
+                busy.update(judge.domain_counts(d))
+            ended = sum(1 for h in web.hits if h.resource == "/slow")
+            return ended >= len(labels) and not (busy["scheduled"] + busy["leased"] + busy["retryable"])
+
+        wait_for(settled, 60, "every page to end and be settled in Redis", interval=0.2)
+        lines = journals(judge)
+        log = c.procs["w1"].log()
+        fetched = Counter(h.label for h in web.hits if h.resource == "/slow")
+        overlaps = {label: web.max_concurrency(label) for label in labels if web.max_concurrency(label) > 1}
+    assert fetched == Counter(labels), fetched
+    assert not overlaps, overlaps
+    for label in mine:
+        history = [(e["writer"], e["event"], e["gen"]) for e in lines[identify(urls[label]).fetch_key]]
+        leases = [h for h in history if h[1] == "lease"]
+        assert [w for w, _, _ in leases] == [victim], history
+        assert (survivor, "complete", leases[0][2]) in history, history
+        assert not [h for h in history if h[1] in ("expire", "late_evidence")], history
+    assert "could not complete" not in log and "is gone" not in log, log[-3000:]
 
 
 @pytest.mark.timeout(150)

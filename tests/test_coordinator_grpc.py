@@ -109,6 +109,36 @@ def test_nodes_join_heartbeat_expire_and_leave(coordinator: RunningCoordinator) 
     asyncio.run(scenario())
 
 
+def test_moved_names_a_domains_new_owner_as_the_ring_changes(coordinator: RunningCoordinator) -> None:
+    """`moved(domain, address, timeout)` (what a worker's completion waits on while `address` is down): `address`
+    back when nothing moved in that time; the new owner's address when the ring names one, at once when it already
+    does, and while waiting as soon as the ring changes (not at the end of the wait)."""
+    addr = _addr(coordinator)
+
+    async def scenario() -> None:
+        watcher = RingWatcher(addr)
+        await watcher.start()
+        a, b = _node(addr, "node-a"), _node(addr, "node-b")
+        try:
+            a.start()
+            b.start()
+            await watcher.wait_for(_members("ab"))
+            b_address = watcher.ring.members["node-b"].address
+            domain = next(d for d in (f"d{i}.example" for i in range(1000)) if watcher.owner(d) == b_address)
+            a_address = watcher.ring.members["node-a"].address
+            assert await watcher.moved(domain, b_address, 0.1) == b_address
+            assert await watcher.moved(domain, "127.0.0.1:9", 60) == b_address
+            waiting = asyncio.ensure_future(watcher.moved(domain, b_address, 60))
+            await asyncio.to_thread(b.stop)
+            assert await asyncio.wait_for(waiting, 30) == a_address
+        finally:
+            await asyncio.to_thread(a.stop)
+            await asyncio.to_thread(b.stop)
+            await watcher.close()
+
+    asyncio.run(scenario())
+
+
 def test_get_ring_reports_liveness(coordinator: RunningCoordinator) -> None:
     with grpc.insecure_channel(_addr(coordinator)) as ch:
         stub = pb_grpc.CoordinatorStub(ch)

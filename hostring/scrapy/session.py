@@ -67,6 +67,11 @@ class StaticRing:
     async def refresh(self) -> None:
         return None
 
+    async def moved(self, domain: str, address: str, timeout_s: float) -> str:
+        """Ownership never moves here: waits `timeout_s`."""
+        await asyncio.sleep(timeout_s)
+        return address
+
     def split(self, links: Sequence[pb.Link], address: str) -> tuple[list[pb.Link], list[pb.Link]]:
         """(the links `address` owns, the others)."""
         own: list[pb.Link] = []
