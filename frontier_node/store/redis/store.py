@@ -477,7 +477,7 @@ class RedisStore(Flights, DomainHandoff):
         fenced = [FencedOut(flat[i], epoch, int(flat[i + 2]), flat[i + 1]) for i in range(0, len(flat), 3)]
         refused = {f.domain for f in fenced}
         landed = batches.keys() - refused if refused else batches.keys()
-        self._fenced_here |= landed
+        self._fenced_here.update(landed)
         self._named_writer.update(d for d in landed if batches[d].entries)
         if fenced:
             first = fenced[0]
