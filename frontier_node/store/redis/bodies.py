@@ -32,10 +32,8 @@ return false
 """
 # One call for a batch of claims on a single server (not a Cluster: the keys are in many slots, built by the
 # caller, not declared). ARGV[1]: a JSON array of groups of 7: digest key ("" none), fetch key, band member ("" none),
-# 4 band keys. Per claim, in order, what one claim's pipeline does: the digest's GET-or-SET (here one SET NX GET,
-# Redis 7: it answers the first key, nil when this call stored it; one command per page rather than two), then the
-# members of the 4 bands (one SUNION: the near check needs each member once, not which band held it) and SADD of the
-# member.
+# 4 band keys. Per claim, in order, what one claim's pipeline does: the digest's GET-or-SET, then the members of the
+# 4 bands (one SUNION: the near check needs each member once, not which band held it) and SADD of the member.
 # Answers one JSON text (one string to parse rather than a reply array per claim): [first or "", [member, ...]] per
 # claim, where "" is no first key (a stored key is never empty: the caller never claims an empty key).
 _CLAIM_ALL: Final = """
@@ -44,7 +42,11 @@ local out = {}
 for i = 1, #args, 7 do
   local first = ''
   if args[i] ~= '' then
-    first = redis.call('SET', args[i], args[i + 1], 'NX', 'GET') or ''
+    first = redis.call('GET', args[i])
+    if not first then
+      redis.call('SET', args[i], args[i + 1])
+      first = ''
+    end
   end
   local seen = {}
   if args[i + 2] ~= '' then
