@@ -35,7 +35,6 @@ from typing import Any, Final
 
 from frontier_node.core.records import Entry, Item, Kind
 from frontier_node.core.states import State
-from hostring.domains import registrable_domain
 
 # Format 2 added the revisit fields of a row (checked_at .. simhash); a row's payload is base64 in both. Format-1
 # exports (no revisit fields, a payload or none) still import.
@@ -66,6 +65,8 @@ if Entry._fields[:3] != ("seq", "run_id", "key") or len(Entry._fields) != 13:
     raise ImportError("frontier_node.store.redis: Entry fields changed; update the journal line format")
 
 _TEXT_STATE: Final[dict[str, State]] = {s.value: s for s in State}
+_STATE_TEXT: Final[dict[object, str]] = {**{s: s.value for s in State}, **{s.value: s.value for s in State}}
+_NO_REVISIT: Final = (0,) * _REVISIT_FIELDS
 _INT_KIND: Final[dict[int, Kind]] = {int(k): k for k in Kind}
 
 
@@ -134,11 +135,6 @@ class Keys:
                 d + "writers"]  # fmt: skip
 
 
-def item_domain(item: Item) -> str:
-    """The domain an item row is stored under."""
-    return item.domain or registrable_domain(item.host)
-
-
 # -- item rows ---------------------------------------------------------------------------------------------
 
 
@@ -185,17 +181,22 @@ def pack_fields(f: RowFields, first: int) -> str:
     """The stored form of a row snapshot: the fields the script needs up front, the rest as a JSON list.
 
     `first` is the seq of the journal line that first wrote the row (the script keeps a stored one). The revisit
-    numbers and the client payload are added only when there are some (see _ROW_FIELDS).
+    numbers and the client payload are added only when there are some (see _ROW_FIELDS). The JSON list is encoded
+    from slices of the snapshot (a tuple encodes as a list; Kind, an int, as its number): no list built per row.
     """
-    fields: list[object] = [f[4], f[5], f[6], int(f[7]), *f[8:21]]
-    revisit, payload = f[21:29], f[29]
-    if payload or any(revisit):
-        fields += revisit
+    payload = f[29]
     if payload:
-        fields.append(base64.b64encode(payload).decode("ascii"))
-    state = f[0].value if isinstance(f[0], State) else State(f[0]).value
-    order = f"{f[2] + PRIORITY_OFFSET:020d}:{f[3]:020d}"  # byte order is (priority, seq) order; row_fields checked
-    return f"{state}{SEP}{f[1]}{SEP}{order}{SEP}{first:020d}{SEP}{compact_json(fields)}"
+        fields: tuple[object, ...] = (*f[4:29], base64.b64encode(payload).decode("ascii"))
+    elif f[21:29] != _NO_REVISIT:  # any revisit number set (each is a number: equal to 0 exactly when falsy)
+        fields = f[4:29]
+    else:
+        fields = f[4:21]
+    state = _STATE_TEXT.get(f[0]) or State(f[0]).value
+    # byte order of the order text is (priority, seq) order; row_fields checked both
+    return (
+        f"{state}{SEP}{f[1]}{SEP}{f[2] + PRIORITY_OFFSET:020d}:{f[3]:020d}{SEP}{first:020d}{SEP}"
+        f"{''.join(_ENCODE(fields, 0)) if _ENCODE is not None else compact_json(list(fields))}"
+    )
 
 
 def pack_row(item: Item, first: int) -> str:
@@ -261,8 +262,13 @@ def check_seq(seq: int) -> None:
 def pack_line(entry: Entry, epoch: int) -> str:
     """A journal member: 20-digit seq (the sort key), then the key first in JSON so ZSCAN MATCH can find it."""
     check_seq(entry.seq)
-    body = [entry.key, epoch, *entry[1:2], *entry[3:]]
-    return f"{entry.seq:020d}" + compact_json(body)
+    return pack_checked_line(entry, epoch)
+
+
+def pack_checked_line(entry: Entry, epoch: int) -> str:
+    """pack_line of an entry whose seq was checked already (the store checks when it buffers the line)."""
+    body = (entry[2], epoch, entry[1], *entry[3:])
+    return f"{entry[0]:020d}" + ("".join(_ENCODE(body, 0)) if _ENCODE is not None else compact_json(list(body)))
 
 
 def unpack_line(member: str) -> tuple[int, Entry]:

@@ -72,6 +72,7 @@ from frontier_node.core.records import Entry, Item, Kind, LinkLike
 from frontier_node.core.states import State
 from frontier_node.store.redis.codec import (
     EPOCH_LIMIT,
+    SEQ_LIMIT,
     Keys,
     after_bound,
     check_seq,
@@ -79,9 +80,9 @@ from frontier_node.store.redis.codec import (
     compact_json,
     glob_escape,
     int_or,
-    item_domain,
     json_array,
     key_pattern,
+    pack_checked_line,
     pack_fields,
     pack_line,
     pack_robots,
@@ -193,10 +194,10 @@ class RedisStore(Flights, DomainHandoff):
     def _batch(self, domain: str) -> Batch:
         batch = self._batches.get(domain)
         if batch is None:
-            check_tag_free("domain", domain)
-            batch = self._batches[domain] = Batch()
             if domain not in self._known_domains:
+                check_tag_free("domain", domain)
                 self._new_domains.add(domain)
+            batch = self._batches[domain] = Batch()
         return batch
 
     def _learn(self, key: str, host: str, origin: str, domain: str, *, page: bool = True) -> None:
@@ -206,10 +207,11 @@ class RedisStore(Flights, DomainHandoff):
         hop's host in its origin's domain. Such a row is remembered only for a host nothing else was learned for,
         and `backlog` reads the host's registrable domain as well, so the pages are never hidden by it.
         """
-        if self._host_dom.get(host, registrable_domain(host)) != domain and (page or host not in self._host_dom):
+        own = registrable_domain(host)
+        if self._host_dom.get(host, own) != domain and (page or host not in self._host_dom):
             self._host_dom[host] = self._new_hostdom[host] = domain
         base = key.removeprefix(ROBOTS_PREFIX)
-        plain = (base == origin or base.startswith(origin + "/")) and registrable_domain(host) == domain
+        plain = own == domain and (base == origin or base.startswith(origin + "/"))
         known = self._key_dom.get(key)
         if known != domain and (known is not None or (not plain and domain_of(key) != domain)):
             self._key_dom[key] = self._new_keydom[key] = domain
@@ -219,21 +221,28 @@ class RedisStore(Flights, DomainHandoff):
 
         The row is kept as a snapshot (codec.row_fields) and packed once, at the flush. Where the key lives is
         learned once per batch (again only if its host or origin changed in between)."""
-        domain = item_domain(item)
-        check_seq(entry.seq)
+        domain = item.domain or registrable_domain(item.host)
+        seq = entry.seq
+        if not 0 <= seq < SEQ_LIMIT:
+            check_seq(seq)
         fields = row_fields(item)
+        key = item.key
         with self._lock:
-            batch = self._batch(domain)
-            buffered = batch.rows.get(item.key)
+            batch = self._batches.get(domain) or self._batch(domain)
+            rows = batch.rows
+            buffered = rows.get(key)
             if buffered is None or buffered[1][1] != item.host or buffered[1][5] != item.origin:
-                self._learn(item.key, item.host, item.origin, domain, page=item.kind is Kind.PAGE)
-            batch.add_line(entry)
-            batch.rows[item.key] = (entry.seq if buffered is None else buffered[0], fields)
+                self._learn(key, item.host, item.origin, domain, page=item.kind is Kind.PAGE)
+            batch.entries.append(entry)
+            if seq > batch.jmax:
+                batch.jmax = seq
+            rows[key] = (seq if buffered is None else buffered[0], fields)
             if item.seq > batch.imax:
                 batch.imax = item.seq
 
     def note(self, entry: Entry) -> None:
         """Buffer a journal line that changes no row; its domain is looked up at flush."""
+        check_seq(entry.seq)
         with self._lock:
             self._notes.append(entry)
 
@@ -434,17 +443,21 @@ class RedisStore(Flights, DomainHandoff):
         it in Lua, cost more than the rest of packing a flush."""
         strings: list[str] = []
         counts: list[int] = []
+        add, count = strings.append, counts.extend
+        fenced, named = self._fenced_here, self._named_writer
         for domain, batch in self._batches.items():
-            jmax, imax = batch.jmax, batch.imax
-            strings += (domain, f"{jmax:020d}" if jmax >= 0 else "", f"{imax:020d}" if imax >= 0 else "")
-            strings += [pack_line(e, epoch) for e in batch.entries]
-            strings += batch.packed_rows()
-            for pair in batch.robots.items():
+            jmax, imax, entries, rows, robots = batch.jmax, batch.imax, batch.entries, batch.rows, batch.robots
+            add(domain)
+            add(f"{jmax:020d}" if jmax >= 0 else "")
+            add(f"{imax:020d}" if imax >= 0 else "")
+            for entry in entries:
+                add(pack_checked_line(entry, epoch))
+            for key, (first, fields) in rows.items():
+                add(key)
+                add(pack_fields(fields, first))
+            for pair in robots.items():
                 strings += pair
-            counts += (
-                int(domain in self._fenced_here), int(domain in self._named_writer), len(batch.entries),
-                len(batch.rows), len(batch.robots),
-            )  # fmt: skip
+            count((1 if domain in fenced else 0, 1 if domain in named else 0, len(entries), len(rows), len(robots)))
         blob = "".join(strings)
         lengths = list(map(len, strings)) if blob.isascii() else [len(s.encode()) for s in strings]
         return blob, compact_json(counts), compact_json(lengths)
@@ -463,11 +476,9 @@ class RedisStore(Flights, DomainHandoff):
         flat = [text(v) for v in res[1]]
         fenced = [FencedOut(flat[i], epoch, int(flat[i + 2]), flat[i + 1]) for i in range(0, len(flat), 3)]
         refused = {f.domain for f in fenced}
-        for domain, batch in batches.items():
-            if domain not in refused:
-                self._fenced_here.add(domain)
-                if batch.entries:
-                    self._named_writer.add(domain)
+        landed = batches.keys() - refused if refused else batches.keys()
+        self._fenced_here.update(landed)
+        self._named_writer.update(d for d in landed if batches[d].entries)
         if fenced:
             first = fenced[0]
             raise FencedOut(first.domain, epoch, first.fence_epoch, first.owner, others=tuple(fenced[1:]))
