@@ -48,7 +48,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.node import machine, profile_summary
+from bench.node import machine, machine_line, profile_summary
 from hostring_testing import (
     LinkSpec,
     LocalWeb,
@@ -567,10 +567,7 @@ def table(f: dict[str, Any]) -> str:
     m, w = f["machine"], f["workload"]
     t, p = f["throughput"], f["politeness"]
     lines = [
-        f"machine: {m['cores']} cores ({m['cores_usable']} usable), {m['cpu_model']}, "
-        f"{m['python_implementation']} {m['python']}, grpcio {m['grpcio']}, SQLite {m['sqlite']}; load average "
-        f"{', '.join(f'{x:.2f}' for x in m['loadavg_start'])} before, "
-        f"{', '.join(f'{x:.2f}' for x in m['loadavg_end'])} after",
+        machine_line(m, sqlite=True),
         f"crawl: {w['crawl']}",
         f"web: {w['web']}",
         "",
@@ -650,8 +647,7 @@ def _turnaround_only(w: Workload, keep: Path | None, *, as_json: bool, profile: 
     if as_json:
         print(json.dumps({"machine": m, "workload": tw, "turnaround": tr}, indent=2, default=str))
     else:
-        print(f"machine: {m['cores']} cores, {m['cpu_model']}, {m['python_implementation']} {m['python']}; "
-              f"load average {', '.join(f'{x:.2f}' for x in m['loadavg_start'])} before")  # fmt: skip
+        print(machine_line(m, sqlite=True))
         print("\n".join(turnaround_lines(tr, tw)))
         if spied:
             print("   (sampled by py-spy --gil --rate 200, which itself slows the sampled processes)")

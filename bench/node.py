@@ -28,6 +28,7 @@ import argparse
 import gc
 import itertools
 import json
+import math
 import os
 import platform
 import random
@@ -166,11 +167,13 @@ QUICK_PEER = PeerWorkload(hosts=50, links=3_000)
 def machine_line(m: dict[str, Any], *, sqlite: bool) -> str:
     """The machine as one line of a bench's table (`machine()`'s figures, the SQLite version when it matters)."""
     load = ", ".join(f"{x:.1f}" for x in m["loadavg_start"])
+    end = f", {m['loadavg_end'][0]:.1f} at the end" if "loadavg_end" in m else ""
     return (
         f"machine: {m['cores']} cores ({m['cores_usable']} usable), {m['cpu_model']}, "
         f"{m['ram_bytes'] / 2**30:.1f} GiB, {m['python_implementation']} {m['python']}, grpcio {m['grpcio']}, "
         + (f"SQLite {m['sqlite']}, " if sqlite else "")
-        + f"{m['platform']}; load average {load} at the start, {m['loadavg_end'][0]:.1f} at the end"
+        + f"{m['platform']}; load average {load} at the start{end}; reference loop {m['reference_loop_ns']} "
+        "ns/step (CPU; rates scale with its inverse across machines)"
     )
 
 
@@ -196,7 +199,25 @@ def machine() -> dict[str, Any]:
         "grpcio": grpc.__version__,
         "sqlite": sqlite3.sqlite_version,
         "loadavg_start": list(os.getloadavg()),
+        "reference_loop_ns": reference_loop_ns(),
     }
+
+
+def reference_loop_ns(rounds: int = 5, n: int = 100_000) -> float:
+    """CPU nanoseconds per step of a fixed pure-Python loop (dict, str, int work; the best of `rounds`).
+
+    Machines of the same name differ by 3x from one session to the next: this figure lets two runs' absolute
+    rates be compared (a rate scales roughly with 1 / this), and CPU time is used so that load does not move it.
+    """
+    best = math.inf
+    for _ in range(rounds):
+        start = time.process_time()
+        table: dict[str, int] = {}
+        for i in range(n):
+            key = "u" + str(i & 4095)
+            table[key] = table.get(key, 0) + i
+        best = min(best, time.process_time() - start)
+    return round(1e9 * best / n, 1)
 
 
 def _proc_status(path: Path) -> dict[str, int]:

@@ -40,7 +40,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from bench.node import Stopwatch, machine
+from bench.node import Stopwatch, machine, machine_line
 from frontier_node.core.config import FrontierConfig, PolitenessConfig, RevisitConfig
 from frontier_node.core.frontier import Frontier
 from frontier_node.core.ports import Store
@@ -379,9 +379,7 @@ def run(w: Workload) -> dict[str, Any]:
 def table(f: dict[str, Any]) -> str:
     m, w = f["machine"], f["workload"]
     lines = [
-        f"machine: {m['cores']} cores ({m['cores_usable']} usable), {m['cpu_model']}, {m['python_implementation']} "
-        f"{m['python']}, SQLite {m['sqlite']}; load average {m['loadavg_start'][0]:.1f} at the start, "
-        f"{m['loadavg_end'][0]:.1f} at the end",
+        machine_line(m, sqlite=True),
         f"workload: {w['pages']:,} pages over {w['hosts']:,} hosts; {w['rates']}; measured over the {w['window']}",
         f"  adaptive: initial {w['initial_s'] / HOUR:g} h in [{w['min_s'] / HOUR:g} h, {w['max_s'] / DAY:g} d]; "
         f"core: {w['core']}",

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from bench.crawl import NavWebSpec, WebProcess, coverage, politeness
-from bench.node import machine
+from bench.node import machine, machine_line
 from hostring_testing import oracle_for
 
 REPO = Path(__file__).resolve().parent.parent
@@ -282,9 +282,7 @@ def table(f: dict[str, Any]) -> str:
     m, w = f["machine"], f["workload"]
     web = w["web"]
     lines = [
-        f"machine: {m['cores']} cores ({m['cores_usable']} usable), {m['cpu_model']}, {m['python_implementation']} "
-        f"{m['python']}; load average {', '.join(f'{x:.2f}' for x in m['loadavg_start'])} before, "
-        f"{', '.join(f'{x:.2f}' for x in m['loadavg_end'])} after",
+        machine_line(m, sqlite=True),
         f"web: {web['origins']} origins x {web['pages_per_origin']} pages, every page repeating {web['nav']} nav links "
         f"+ {web['content']} content links; {w['web_process']}",
         f"delay {w['delay_s']} s; plain: {w['plain_scrapy']}; hostring: {w['hostring']}",
