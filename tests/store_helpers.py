@@ -80,6 +80,8 @@ def snapshot(store: Store, keys: list[str], hosts: list[str], metas: list[str]) 
 
 KEYS = [f"https://h{i % 3}.test/p{i}" for i in range(7)]
 HOSTS = ["h0.test", "h1.test", "h2.test"]
+KEY_HOSTS = [HOSTS[i % 3] for i in range(len(KEYS))]
+"""Each key's host: a key is a URL, so an item's host never changes (ports.Store.record)."""
 METAS = ["run_id", "scope", "seq.hi"]
 small_text = st.text(max_size=6)
 finite = st.floats(allow_nan=False, width=64)
@@ -89,7 +91,6 @@ ops = st.lists(
         st.tuples(
             st.just("record"),
             st.integers(0, len(KEYS) - 1),
-            st.sampled_from(HOSTS),
             st.integers(-2, 2),
             st.sampled_from(list(State)),
             st.booleans(),  # give the item a fresh seq
@@ -147,8 +148,8 @@ class Driver:
     def apply(self, store: Store, op: tuple[Any, ...]) -> object:
         kind = op[0]
         if kind == "record":
-            _, k, host, prio, state, reseq, extra, data = op
-            key = KEYS[k]
+            _, k, prio, state, reseq, extra, data = op
+            key, host = KEYS[k], KEY_HOSTS[k]
             if reseq or key not in self.item_seq:
                 self.iseq += 1
                 self.item_seq[key] = self.iseq

@@ -188,8 +188,7 @@ def test_reopen_preserves_everything(durable: Backend) -> None:
     store, mem = durable.open(), MemoryStore()
     d_store, d_mem = Driver(), Driver()
     script: list[tuple[Any, ...]] = [
-        ("record", i, HOSTS[i % 3], i % 2, list(State)[i % len(State)], False, {"kind": Kind.PAGE}, f"d{i}")
-        for i in range(len(KEYS))
+        ("record", i, i % 2, list(State)[i % len(State)], False, {"kind": Kind.PAGE}, f"d{i}") for i in range(len(KEYS))
     ]
     script += [("robots", "https://h0.test", "h0.test", {"allow": True}), ("meta", "run_id", "r7"), ("note", 2, "x")]
     for op in script:

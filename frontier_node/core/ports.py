@@ -76,7 +76,8 @@ class Store(Protocol):
     """Journal plus current item rows, robots records and a few meta values."""
 
     def record(self, entry: Entry, item: Item) -> None:
-        """Buffer one journal line and the item's row as it stands after it."""
+        """Buffer one journal line and the item's row as it stands after it (its host and domain are its key's:
+        they never change from one record of a key to the next)."""
 
     def note(self, entry: Entry) -> None:
         """Buffer a journal line that changes no row (late evidence, rejections of unknown keys)."""
