@@ -560,12 +560,19 @@ def _complete_response(s: Settled) -> pb.CompleteResponse:
 
 
 def _fill_complete_response(resp: pb.CompleteResponse, s: Settled) -> pb.CompleteResponse:
-    resp.accepted = s.accepted
-    resp.state = s.state
-    resp.follow_links = s.follow_links
-    resp.reason = s.reason
-    resp.admitted = s.admitted
-    resp.wrong_owner = s.wrong_owner
+    """Only the fields that hold something are set: setting a field to its default costs as much as any."""
+    if s.accepted:
+        resp.accepted = True
+    if s.state:
+        resp.state = s.state
+    if s.follow_links:
+        resp.follow_links = True
+    if s.reason:
+        resp.reason = s.reason
+    if s.admitted:
+        resp.admitted = s.admitted
+    if s.wrong_owner:
+        resp.wrong_owner = True
     if s.forward:
         resp.forward.extend(link for link in s.forward if isinstance(link, pb.Link))
     return resp

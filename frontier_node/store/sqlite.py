@@ -145,6 +145,7 @@ DEFER_MAX_ROWS: Final = 100_000
 TAIL_EVERY_S: Final = 1.0
 """The LEASES_META value moves forward at most this often (one small write per commit saved)."""
 _LEASE_EVENT: Final = "lease"
+_COMPACT_SLACK: Final = 64
 _LEASE_TAIL_UPDATE: Final = (
     "UPDATE items SET state = 'leased', attempt = ?, generation = ?, reason = ?, deadline = ? "
     "WHERE key = ? AND generation < ?"
@@ -228,6 +229,7 @@ class SqliteStore:
         # Lease rows written behind, oldest lease first: key -> (row, seq of its lease line, monotonic time of it).
         self._deferred: dict[str, tuple[_ItemRow, int, float]] = {}
         self._deferred_hosts: dict[str, set[str]] = {}  # host -> keys of its deferred rows
+        self._deferred_gone = 0  # rows taken out of _deferred since it was last compacted
         self._lease_s = 0.0  # deadline - time of the deferred leases (the core's lease length)
         self._tail = (0, 0.0)  # (first seq, lease seconds) of the LEASES_META value last committed (0: none)
         self._tail_at = 0.0  # monotonic time of that commit
@@ -334,12 +336,23 @@ class SqliteStore:
             keys.add(key)
 
     def _undefer(self, key: str) -> None:
-        """Forget a held-back row: a newer row of the item replaces it."""
-        host = self._deferred.pop(key)[0][2]
+        """Forget a held-back row: a newer row of the item replaces it.
+
+        A dict keeps the slots of deleted keys until it grows again, and iterating it (the oldest held-back row is
+        its first) walks over them: with leases held back and settled all the time, that walk took ~4% of a node's
+        GIL-holding samples during Lease+Complete (py-spy). The dict is copied (compactly, in the same order) once
+        as many rows left it as it holds.
+        """
+        deferred = self._deferred
+        host = deferred.pop(key)[0][2]
         keys = self._deferred_hosts[host]
         keys.discard(key)
         if not keys:
             del self._deferred_hosts[host]
+        self._deferred_gone += 1
+        if self._deferred_gone > len(deferred) + _COMPACT_SLACK:
+            self._deferred = dict(deferred)
+            self._deferred_gone = 0
 
     def _write_deferred(self, n: int) -> None:
         """Move the `n` oldest held-back rows to the rows the next flush writes."""
