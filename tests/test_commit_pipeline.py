@@ -324,7 +324,7 @@ def test_answers_arrive_only_after_their_writes_are_in_redis(srv: RedisServer) -
     assert not wrong, f"{len(wrong)} answers came before their writes were in Redis, e.g. {wrong[:3]}"
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(240)
 def test_killed_connections_and_a_redis_restart_lose_nothing(tmp_path: Path) -> None:
     """Two workers Lease and CompleteBatch while every Redis connection is killed every 50 ms (CLIENT KILL), then
     redis-server is SIGKILLed and started again on its append-only file; they go on until nothing is left to lease.
@@ -337,10 +337,12 @@ def test_killed_connections_and_a_redis_restart_lose_nothing(tmp_path: Path) -> 
     chaos_over = threading.Event()
 
     def chaos() -> None:
+        """Kill connections for 1.5 s and until the workers had 120 completions answered (a slow or loaded machine
+        gets there later: the judgement below needs work done under the chaos), then restart Redis."""
         nonlocal srv
         admin = redis.Redis.from_url(srv.url)
         t0 = time.monotonic()
-        while time.monotonic() - t0 < 1.5:
+        while time.monotonic() - t0 < 1.5 or (len(fetched) < 120 and time.monotonic() - t0 < 90):
             with contextlib.suppress(redis.ConnectionError):
                 admin.client_kill_filter(_type="normal", skipme=True)
             time.sleep(0.05)

@@ -535,6 +535,7 @@ def foreign(n: int, pad: int = 30) -> list[pb.Link]:
     return [pb.Link(observed=f"http://f{i}.example/{'p' * pad}{i}", source_key=f"http://{HOME}/") for i in range(n)]
 
 
+@pytest.mark.timeout(300)
 def test_forward_over_4mib_goes_to_the_outbox_in_the_same_commit() -> None:
     """100,000 links other nodes own (about 8 MB): with an outbox they are all in it, durable, when the Complete is
     answered, and the answer is small enough for any client (gRPC's 4 MiB default here)."""
@@ -542,7 +543,7 @@ def test_forward_over_4mib_goes_to_the_outbox_in_the_same_commit() -> None:
     links = foreign(100_000)
     assert sum(link.ByteSize() for link in links) > 4 * 2**20
     with home_node(store, outbox=True) as (served, page), grpc.insecure_channel(served.address) as default:
-        resp = pb_grpc.FrontierStub(default).Complete(page_done(page, links), timeout=90)  # type: ignore[no-untyped-call]
+        resp = pb_grpc.FrontierStub(default).Complete(page_done(page, links), timeout=240)  # type: ignore[no-untyped-call]
         assert resp.accepted and resp.follow_links and not resp.forward
         assert store.durable == [link.observed for link in links] and not store.buffered
 
