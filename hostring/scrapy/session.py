@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 import math
 import time
@@ -350,8 +349,8 @@ class FrontierSession:
                     self._stat("hostring/renew/lost", 1)
                     log.warning("lease of %s lost (%s): the node handed it out again", lease.item.url, resp.reason)
                     return
-                if again == address:  # our ring is not newer than the node's: ask again once it may have moved on
-                    await asyncio.sleep(min(pause, _RETRY_CAP_S))
+                if again == address:  # the node has not taken the domain over yet: ask again shortly
+                    await asyncio.sleep(_RETRY_FIRST_S)
                 lease.address = again
         finally:
             lease.renewing = None
@@ -389,20 +388,22 @@ class FrontierSession:
         resp: pb.CompleteResponse | None = None
         self._settling += 1
         try:
-            for attempt in itertools.count():
+            unanswered = 0
+            while True:
                 try:
                     resp = await self._batcher.submit(address, request)
                     if not resp.wrong_owner:
                         break
-                    code = grpc.StatusCode.FAILED_PRECONDITION
+                    code, pause = grpc.StatusCode.FAILED_PRECONDITION, _RETRY_FIRST_S  # it may be adopting the domain
                 except grpc.aio.AioRpcError as e:
-                    code = e.code()
+                    code, pause = e.code(), min(_RETRY_FIRST_S * 2**unanswered, _RETRY_CAP_S)
+                    unanswered += 1
                 resp = None
                 left = lease.deadline - time.time()
                 if left <= 0:  # the lease has expired: it will be handed out again, nothing is left to settle
                     break
                 log.warning("complete of %s on %s failed (%s), retrying", lease.item.url, address, code.name)
-                pause = max(0.05, min(_RETRY_FIRST_S * 2**attempt, _RETRY_CAP_S, left))
+                pause = max(0.05, min(pause, left))
                 address = await successor(self.router, lease.item.domain, address, pause)
         finally:
             if lease.renewing is not None:
