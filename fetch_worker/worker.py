@@ -31,7 +31,15 @@ from fetch_worker.fetch import Fetcher, FetchResult, media_type
 from fetch_worker.links import extract_links
 from fetch_worker.metrics import WorkerMetrics
 from fetch_worker.warc import WarcWriter, payload_digest, warc_date
-from hostring.client import WRONG_OWNER, CompletionBatcher, NodeClients, NodeStoreLost, Router, store_lost_reason
+from hostring.client import (
+    CompletionBatcher,
+    NodeClients,
+    NodeStoreLost,
+    Router,
+    renew_at,
+    store_lost_reason,
+    successor,
+)
 from hostring.fingerprint import body_digest, simhash64
 from hostring.urls import reference_key, reference_keys
 from hostring.v1 import frontier_pb2 as pb
@@ -515,7 +523,8 @@ class Worker:
                         "could not complete %s before its lease's deadline; it will be handed out again", item.url
                     )
                     return
-                address = await self._successor(item, address, max(0.05, min(wait, deadline - time.time())))
+                pause = max(0.05, min(wait, deadline - time.time()))
+                address = await successor(self.router, item.domain, address, pause)
         finally:
             if turn is not None:
                 turn.release()
@@ -535,24 +544,6 @@ class Worker:
             await self.clients.route(links, deadline_s=None, batch=ROUTE_BATCH)
         except NodeStoreLost as e:
             self._store_lost(e)
-
-    async def _successor(self, item: pb.LeaseItem, address: str, pause_s: float) -> str:
-        """Where the item's next call goes after at most `pause_s`: at once to the node the ring names as its domain's
-        owner when that is no longer `address` (the WatchRing stream brings a dead owner's successor while its
-        address is still backed off), else to the owner at the newest ring read at the end of the pause."""
-        if not item.domain:
-            await asyncio.sleep(pause_s)
-            return address
-        owner = await self.router.moved(item.domain, address, pause_s)
-        return owner if owner != address else await self._owner(item, address)
-
-    async def _owner(self, item: pb.LeaseItem, address: str) -> str:
-        """The node that owns the item's domain at the newest ring (`address` when the ring cannot say)."""
-        with contextlib.suppress(Exception):
-            await self.router.refresh()
-        with contextlib.suppress(LookupError):
-            return self.router.owner(item.domain) if item.domain else address
-        return address
 
     async def _keep_renewed(self, address: str, item: pb.LeaseItem, deadline: list[float], cut: asyncio.Timeout) -> str:
         """Renew the lease at half its remaining time, for as long again as first granted, while the fetch goes on;
@@ -582,9 +573,9 @@ class Worker:
             if resp.ok:
                 deadline[0] = resp.deadline_ms / 1000.0
                 continue
-            owner = await self._owner(item, address)
-            if owner != address or resp.reason == WRONG_OWNER:
-                address = owner  # a ring change: asked again there (it may still be adopting the domain)
+            again = await renew_at(self.router, item.domain, address, resp.reason)
+            if again is not None:
+                address = again  # a ring change: asked again there (it may still be adopting the domain)
                 continue
             with contextlib.suppress(RuntimeError):  # the fetch already ended: nothing left to cut
                 cut.reschedule(-1.0)

@@ -8,6 +8,7 @@ RingWatcher in a cluster, StaticRouter when one node owns everything.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import random
@@ -86,6 +87,38 @@ class StaticRouter:
         """Ownership never moves here: waits `timeout_s`."""
         await asyncio.sleep(timeout_s)
         return address
+
+
+async def owner_now(router: Router, domain: str, address: str) -> str:
+    """The node that owns `domain` at the newest ring read from the coordinator (`address` when there is no domain
+    or the ring cannot say): where a call the owner refused goes next."""
+    if not domain:
+        return address
+    with contextlib.suppress(Exception):
+        await router.refresh()
+    with contextlib.suppress(LookupError):
+        return router.owner(domain)
+    return address
+
+
+async def successor(router: Router, domain: str, address: str, pause_s: float) -> str:
+    """Where a lease's next call goes after at most `pause_s` once `address` did not settle it: at once to the node
+    the ring names as the domain's owner when that is no longer `address` (the WatchRing stream brings a dead
+    owner's successor while its address is still backed off), else to the owner at the newest ring read at the
+    end of the pause."""
+    if not domain:
+        await asyncio.sleep(pause_s)
+        return address
+    owner = await router.moved(domain, address, pause_s)
+    return owner if owner != address else await owner_now(router, domain, address)
+
+
+async def renew_at(router: Router, domain: str, address: str, reason: str) -> str | None:
+    """Where a Renew that `address` refused with `reason` is asked again: the domain's owner at the newest ring
+    when ownership moved or the node said wrong_owner (the new owner adopts the leased row with its deadline; it
+    may still be taking the domain over); None when the lease is gone (expired, released or leased again)."""
+    owner = await owner_now(router, domain, address)
+    return owner if owner != address or reason == WRONG_OWNER else None
 
 
 class NodeStoreLost(RuntimeError):

@@ -1,14 +1,20 @@
-"""The Scrapy plug-in's FrontierSession against a real node over loopback gRPC, without Scrapy: leases ride back
-with the completions (one call per page, not a Lease and a CompleteBatch), politeness holds, nothing is lost.
+"""The Scrapy plug-in's FrontierSession against real nodes over loopback gRPC, without Scrapy: leases ride back
+with the completions (one call per page, not a Lease and a CompleteBatch), politeness holds, nothing is lost; and
+when a cluster node is SIGKILLed while the session holds its leases, their renewals and completions go to the node
+that adopts them as soon as the ring names it, and no page is fetched twice.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
+import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from frontier_node.core.config import FrontierConfig, PolitenessConfig
@@ -16,8 +22,11 @@ from frontier_node.core.frontier import Frontier
 from frontier_node.service import FrontierService
 from frontier_node.store.memory import MemoryStore
 from hostring.clock import WallClock
+from hostring.membership import RingWatcher
 from hostring.scrapy.session import FrontierSession, Lease, StaticRing
 from hostring.v1 import frontier_pb2 as pb
+from hostring_testing.cluster import Cluster
+from tests.test_cluster_faults import Complaints, sigkill_a_node_holding_leases
 from tests.test_node_shell import Served, seeds
 
 pytestmark = [pytest.mark.timeout(60)]
@@ -104,3 +113,67 @@ def test_leases_ride_back_with_completions(node: Served) -> None:
     items = PAGES + HOSTS
     assert calls["Lease"] + calls["CompleteBatch"] <= items, calls
     assert calls["Lease"] <= items // 2, calls
+
+
+_TROUBLE = ("hostring/renew/lost", "hostring/complete/unreachable", "hostring/complete/stale")
+
+
+@contextlib.contextmanager
+def _session_on(c: Cluster) -> Iterator[Complaints]:
+    """A FrontierSession following the cluster's ring (as the plug-in with HOSTRING_COORDINATOR), in a thread of
+    its own, downloading each leased item over HTTP and completing it with its status; yields what its stats say
+    went wrong (leases lost, completions stale or not delivered)."""
+    stats: collections.Counter[str] = collections.Counter()
+    stop = threading.Event()
+    started = threading.Event()
+
+    async def run() -> None:
+        watcher = RingWatcher(c.coordinator)
+        await watcher.start(timeout=30)
+        async with httpx.AsyncClient(trust_env=False, timeout=60) as http:
+            session: FrontierSession
+
+            async def fetch(lease: Lease) -> None:
+                response = await http.get(lease.item.url)
+                robots = response.content if lease.item.kind == pb.ROBOTS else b""
+                await session.complete(lease, pb.Outcome(status=response.status_code, robots_body=robots))
+
+            session = FrontierSession(
+                watcher,
+                worker_id="spider-1",
+                capacity=40,
+                on_lease=lambda lease: session.spawn(fetch(lease)),
+                stat=lambda key, n: stats.update({key: n}),
+                lease_wait_s=0.5,
+            )
+            session.start()
+            started.set()
+            try:
+                while not stop.is_set():
+                    await asyncio.sleep(0.05)
+            finally:
+                await session.close()
+                await watcher.close()
+
+    thread = threading.Thread(target=asyncio.run, args=(run(),), name="frontier-session", daemon=True)
+    thread.start()
+    try:
+        assert started.wait(30), "the session did not start"
+        yield lambda: [f"{key}: {stats[key]}" for key in _TROUBLE if stats[key]]
+    finally:
+        stop.set()
+        thread.join(30)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_leases_of_a_sigkilled_node_are_renewed_and_completed_at_its_successor(
+    tmp_path: Path, empty_redis: str
+) -> None:
+    """The plug-in's session holds the leases of a cluster node that is SIGKILLed (see
+    tests.test_cluster_faults.sigkill_a_node_holding_leases): the quick pages' completions and the slow pages'
+    renewals go to the node that adopts the domain as soon as the ring names it, and it settles them under the
+    generation the dead node granted; no page is fetched twice, no origin has two requests at once, no lease is
+    lost or completed stale. (Before: a Renew kept going to the dead address until the lease expired at the
+    successor, which leased the slow pages again while their first downloads went on.)"""
+    sigkill_a_node_holding_leases(tmp_path, empty_redis, _session_on)

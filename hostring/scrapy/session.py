@@ -23,7 +23,7 @@ from typing import Any
 
 import grpc
 
-from hostring.client import CompletionBatcher, NodeClients, Router
+from hostring.client import CompletionBatcher, NodeClients, Router, renew_at, successor
 from hostring.limits import grpc_options
 from hostring.ring import Member, Ring
 from hostring.security import INSECURE, TlsConfig
@@ -36,7 +36,8 @@ _RPC_TIMEOUT_S = 30.0
 _IDLE_POLL_S = 0.2
 _ERROR_BACKOFF_S = 0.5
 _RENEW_TICK_S = 0.25
-_COMPLETE_TRIES = 6
+_RETRY_FIRST_S = 0.2
+_RETRY_CAP_S = 2.0
 
 Stat = Callable[[str, int], None]
 SHUTDOWN = pb.Outcome(error_class="worker_shutdown", retry_after_s=-1)
@@ -315,25 +316,44 @@ class FrontierSession:
                     lease.renewing = self._spawn(self._renew(lease), "hostring-renew-one")
 
     async def _renew(self, lease: Lease) -> None:
+        """Renew the lease for as long again as first granted, at the node that owns its domain.
+
+        A node that does not answer (killed) is asked again until the ring names its successor, and that one at
+        once; a node that no longer owns the domain (or answers wrong_owner) is not the last word: the renewal goes
+        to the owner at the newest ring, which adopts the leased row with its deadline. `lease.address` follows,
+        so the lease's Complete starts there too. Only the owner saying the lease is gone marks it lost.
+        """
+        request = pb.RenewRequest(
+            lease_id=lease.item.lease_id, generation=lease.item.generation, extend_ms=int(lease.span_s * 1000)
+        )
+        domain = lease.item.domain
         try:
-            resp = await self.clients.stub(lease.address).Renew(
-                pb.RenewRequest(
-                    lease_id=lease.item.lease_id, generation=lease.item.generation, extend_ms=int(lease.span_s * 1000)
-                ),
-                timeout=_RPC_TIMEOUT_S,
-            )
-        except grpc.aio.AioRpcError as e:
-            log.warning("renewing %s failed: %s", lease.item.url, e.code().name)
-            return
+            while not (lease.completing or lease.lost):
+                address = lease.address
+                pause = max(0.5, (lease.deadline - time.time()) / 2)
+                try:
+                    resp = await self.clients.stub(address).Renew(request, timeout=_RPC_TIMEOUT_S)
+                except grpc.aio.AioRpcError as e:
+                    log.warning("renewing %s at %s failed: %s", lease.item.url, address, e.code().name)
+                    if not domain:
+                        return
+                    lease.address = await self.router.moved(domain, address, pause)
+                    continue
+                if resp.ok:
+                    lease.deadline = resp.deadline_ms / 1000
+                    self._stat("hostring/renew/ok", 1)
+                    return
+                again = await renew_at(self.router, domain, address, resp.reason)
+                if again is None:
+                    lease.lost = True
+                    self._stat("hostring/renew/lost", 1)
+                    log.warning("lease of %s lost (%s): the node handed it out again", lease.item.url, resp.reason)
+                    return
+                if again == address:  # the node has not taken the domain over yet: ask again shortly
+                    await asyncio.sleep(_RETRY_FIRST_S)
+                lease.address = again
         finally:
             lease.renewing = None
-        if resp.ok:
-            lease.deadline = resp.deadline_ms / 1000
-            self._stat("hostring/renew/ok", 1)
-        else:
-            lease.lost = True
-            self._stat("hostring/renew/lost", 1)
-            log.warning("lease of %s lost (%s): the node handed it out again", lease.item.url, resp.reason)
 
     # ------------------------------------------------------------------ completing
 
@@ -368,21 +388,23 @@ class FrontierSession:
         resp: pb.CompleteResponse | None = None
         self._settling += 1
         try:
-            for attempt in range(_COMPLETE_TRIES):
+            unanswered = 0
+            while True:
                 try:
                     resp = await self._batcher.submit(address, request)
                     if not resp.wrong_owner:
                         break
-                    code = grpc.StatusCode.FAILED_PRECONDITION
+                    code, pause = grpc.StatusCode.FAILED_PRECONDITION, _RETRY_FIRST_S  # it may be adopting the domain
                 except grpc.aio.AioRpcError as e:
-                    code = e.code()
+                    code, pause = e.code(), min(_RETRY_FIRST_S * 2**unanswered, _RETRY_CAP_S)
+                    unanswered += 1
                 resp = None
+                left = lease.deadline - time.time()
+                if left <= 0:  # the lease has expired: it will be handed out again, nothing is left to settle
+                    break
                 log.warning("complete of %s on %s failed (%s), retrying", lease.item.url, address, code.name)
-                await asyncio.sleep(0.2 * 2**attempt)
-                with contextlib.suppress(Exception):
-                    await self.router.refresh()
-                with contextlib.suppress(LookupError):
-                    address = self.router.owner(lease.item.domain) if lease.item.domain else address
+                pause = max(0.05, min(pause, left))
+                address = await successor(self.router, lease.item.domain, address, pause)
         finally:
             if lease.renewing is not None:
                 lease.renewing.cancel()
