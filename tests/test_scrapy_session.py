@@ -102,8 +102,10 @@ async def _crawl(address: str) -> tuple[list[str], int]:
 
 def test_leases_ride_back_with_completions(node: Served) -> None:
     """24 pages on 3 hosts with a 50 ms delay: every page (and each host's robots.txt) is fetched exactly once,
-    never two at once on a host, and the session needs at most one call per item: the completions' calls bring the
-    next leases back, so standalone Leases are few (without this, a Lease and a completion per item)."""
+    never two at once on a host, and the session needs about one call per item: the completions' calls bring the
+    next leases back, so standalone Leases are few (without this, a Lease and a completion per item: 2x). A quarter
+    more is allowed: on a loaded machine a completion's call can be answered before its host's delay is over, and
+    the session then parks a standalone Lease (seen: 29 calls for 27 items at load 13)."""
     fetched, most = asyncio.run(_crawl(node.address))
     pages = sorted(u for u in fetched if not u.endswith("/robots.txt"))
     assert pages == sorted(link.observed for link in seeds(PAGES, HOSTS))
@@ -111,7 +113,7 @@ def test_leases_ride_back_with_completions(node: Served) -> None:
     assert most == 1
     calls = node.service.calls  # type: ignore[attr-defined]
     items = PAGES + HOSTS
-    assert calls["Lease"] + calls["CompleteBatch"] <= items, calls
+    assert calls["Lease"] + calls["CompleteBatch"] <= items + items // 4, calls
     assert calls["Lease"] <= items // 2, calls
 
 
