@@ -187,7 +187,7 @@ def test_completions_are_committed_before_the_wait(slow_stub: pb_grpc.FrontierSt
         stub.CompleteBatch(request, timeout=1.0)
     assert e.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
     again = batch(stub, done(robots, NOT_FOUND))
-    assert not again.results[0].accepted, "the completion was not committed before the wait"
+    assert again.results[0].reason == "already_settled", "the completion was not committed before the wait"
     info = stub.GetUrl(pb.GetUrlRequest(url=robots.fetch_key), timeout=RPC_S)
     assert info.state == "fetched"
 

@@ -50,7 +50,11 @@ def test_batches_on_the_stream_get_their_own_answers() -> None:
             answers = await asyncio.gather(*(batcher.submit(served.address, _done(item)) for item in robots))
             assert all(a.accepted for a in answers)
             again = await batcher.submit(served.address, _done(robots[0]))
-            assert not again.accepted, "the same completion twice should be stale"
+            assert again.accepted and again.reason == "already_settled", "a repeat is answered as the first was"
+            other = _done(robots[1])
+            other.generation += 1
+            stale = await batcher.submit(served.address, other)
+            assert not stale.accepted, "a completion of a generation never leased is stale"
             assert batcher._streams[served.address].broken is None
             batcher.close()
             await clients.close()

@@ -47,6 +47,8 @@ __all__ = ["Completion", "Frontier", "LeaseError"]
 # Plain-string values of the enums, looked up once: reading `.value` on every transition is measurably slow.
 _VALUE: dict[State | Event, str] = {**{s: s.value for s in State}, **{e: e.value for e in Event}}
 _CACHE_LIMIT = 1 << 15
+REPEATED = "already_settled"
+"""The reason of a completion answered accepted because it had landed before (a retry whose first answer was lost)."""
 # NamedTuples built on the hot path by tuple.__new__ (C, every field given): their generated keyword __new__ costs
 # about 0.3 us more per call, once per link and once per journal line.
 _verdict = cast(Callable[[tuple[Verdict, str, str, str]], LinkVerdict], partial(tuple.__new__, LinkVerdict))
@@ -398,13 +400,16 @@ class Frontier(RobotsItems, Handback, RevisitItems):
     def complete(self, key: str, generation: int, outcome: OutcomeLike, links: Sequence[LinkLike] = ()) -> Completion:
         """Settle a lease with its outcome and admit the links found, if they are to be followed.
 
-        A stale or unknown lease is journaled as late evidence only and its links are dropped. Links whose
+        A stale or unknown lease is journaled as late evidence only and its links are dropped, except a completion
+        sent again after it landed (see `_repeated`), which is answered as the first was. Links whose
         domain another node owns go to the outbox, in the same flush as the completion, when the node has one
         (a cluster node); else they come back in `forward` for the caller to route.
         """
         self._now = self._clock.now()
         item = self._leases.leased(key)
         if item is None or item.generation != generation:
+            if item is None and (again := self._repeated(key, generation, outcome)) is not None:
+                return again
             return self._late(key, generation, outcome, "stale_generation" if item else "unknown_lease")
         if outcome.error_class == HANDED_BACK:
             self._hand_back(item, HANDED_BACK)
@@ -444,6 +449,19 @@ class Frontier(RobotsItems, Handback, RevisitItems):
                 self._outbox.forward(done.forward)
                 done.forwarded, done.forward = len(done.forward), []
         return done
+
+    def _repeated(self, key: str, generation: int, outcome: OutcomeLike) -> Completion | None:
+        """The answer to a completion sent again after it landed, else None: the row was fetched under this very
+        generation with this status (only a completion moves an item to fetched, and the next lease takes a new
+        generation). Its first answer was lost with a killed node or connection; a retry is answered accepted,
+        changes nothing and journals nothing, so that delivery at least once settles exactly once."""
+        row = self._leases.waiting(key) or self._store.get(key)
+        if row is None or row.state is not State.FETCHED or row.generation != generation:
+            return None
+        if row.status != outcome.status or outcome.error_class:
+            return None
+        self._events["repeated_completion"] += 1
+        return Completion(True, row.state.value, False, REPEATED)
 
     def _late(self, key: str, generation: int, outcome: OutcomeLike, reason: str) -> Completion:
         row = self._leases.leased(key) or self._leases.waiting(key) or self._store.get(key)
