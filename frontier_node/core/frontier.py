@@ -408,9 +408,10 @@ class Frontier(RobotsItems, Handback, RevisitItems):
         self._now = self._clock.now()
         item = self._leases.leased(key)
         if item is None or item.generation != generation:
-            if item is None and (again := self._repeated(key, generation, outcome)) is not None:
+            row = item or self._leases.waiting(key) or self._store.get(key)  # one read: the store may be remote
+            if item is None and (again := self._repeated(row, generation, outcome)) is not None:
                 return again
-            return self._late(key, generation, outcome, "stale_generation" if item else "unknown_lease")
+            return self._late(key, generation, outcome, "stale_generation" if item else "unknown_lease", row)
         if outcome.error_class == HANDED_BACK:
             self._hand_back(item, HANDED_BACK)
             return Completion(True, item.state.value, False, HANDED_BACK)
@@ -450,12 +451,11 @@ class Frontier(RobotsItems, Handback, RevisitItems):
                 done.forwarded, done.forward = len(done.forward), []
         return done
 
-    def _repeated(self, key: str, generation: int, outcome: OutcomeLike) -> Completion | None:
+    def _repeated(self, row: Item | None, generation: int, outcome: OutcomeLike) -> Completion | None:
         """The answer to a completion sent again after it landed, else None: the row was fetched under this very
         generation with this status (only a completion moves an item to fetched, and the next lease takes a new
         generation). Its first answer was lost with a killed node or connection; a retry is answered accepted,
         changes nothing and journals nothing, so that delivery at least once settles exactly once."""
-        row = self._leases.waiting(key) or self._store.get(key)
         if row is None or row.state is not State.FETCHED or row.generation != generation:
             return None
         if row.status != outcome.status or outcome.error_class:
@@ -463,8 +463,8 @@ class Frontier(RobotsItems, Handback, RevisitItems):
         self._events["repeated_completion"] += 1
         return Completion(True, row.state.value, False, REPEATED)
 
-    def _late(self, key: str, generation: int, outcome: OutcomeLike, reason: str) -> Completion:
-        row = self._leases.leased(key) or self._leases.waiting(key) or self._store.get(key)
+    def _late(self, key: str, generation: int, outcome: OutcomeLike, reason: str, row: Item | None) -> Completion:
+        """Journal a completion of a lease that is not current as late evidence; `row` is the key's item, if any."""
         state = row.state if row else State.DISCOVERED
         self._events["late_evidence"] += 1
         self._journal_seq += 1

@@ -72,7 +72,6 @@ from frontier_node.core.records import Entry, Item, Kind, LinkLike
 from frontier_node.core.states import State
 from frontier_node.store.redis.codec import (
     EPOCH_LIMIT,
-    SEQ_LIMIT,
     Keys,
     after_bound,
     check_seq,
@@ -223,8 +222,7 @@ class RedisStore(Flights, DomainHandoff):
         learned once per batch (again only if its host or origin changed in between)."""
         domain = item.domain or registrable_domain(item.host)
         seq = entry.seq
-        if not 0 <= seq < SEQ_LIMIT:
-            check_seq(seq)
+        check_seq(seq)
         fields = row_fields(item)
         key = item.key
         with self._lock:
