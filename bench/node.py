@@ -57,6 +57,7 @@ from frontier_node.core.ports import Store
 from frontier_node.core.records import Kind, Link, Outcome, Verdict
 from frontier_node.store.memory import MemoryStore
 from frontier_node.store.sqlite import SqliteStore
+from hostring import native
 from hostring.clock import WallClock
 from hostring.limits import grpc_options
 from hostring.v1 import frontier_pb2 as pb
@@ -173,7 +174,7 @@ def machine_line(m: dict[str, Any], *, sqlite: bool) -> str:
         f"{m['ram_bytes'] / 2**30:.1f} GiB, {m['python_implementation']} {m['python']}, grpcio {m['grpcio']}, "
         + (f"SQLite {m['sqlite']}, " if sqlite else "")
         + f"{m['platform']}; load average {load} at the start{end}; reference loop {m['reference_loop_ns']} "
-        "ns/step (CPU; rates scale with its inverse across machines)"
+        f"ns/step (CPU; rates scale with its inverse across machines); core {m['core_build']}"
     )
 
 
@@ -200,7 +201,16 @@ def machine() -> dict[str, Any]:
         "sqlite": sqlite3.sqlite_version,
         "loadavg_start": list(os.getloadavg()),
         "reference_loop_ns": reference_loop_ns(),
+        "core_build": core_build(),
     }
+
+
+def core_build() -> str:
+    """Whether the node's hot modules run compiled (scripts/native.py build) or from their sources."""
+    compiled = native.built()
+    if not compiled:
+        return "from source (scripts/native.py build compiles it)"
+    return f"compiled with mypyc ({len(compiled)} of {len(native.MODULES)} modules)"
 
 
 def reference_loop_ns(rounds: int = 5, n: int = 100_000) -> float:

@@ -43,6 +43,8 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from mypy_extensions import mypyc_attr
+
 from frontier_node.commit import Batch, begin_flush
 from frontier_node.core.frontier import Frontier
 from frontier_node.core.ports import Fenced, Outbox, StoreLost
@@ -61,6 +63,7 @@ _IDLE_FLOOR_S = 0.005
 _SNAPSHOT_MAX_AGE_S = 1.0
 
 
+@mypyc_attr(native_class=False)  # mypyc compiles no subclass of a builtin exception
 class NodeUnavailable(RuntimeError):
     """The node cannot take data-plane calls: its store lost data, or it is stopping. `reason` says which."""
 
@@ -109,7 +112,7 @@ class CoreThread:
         self._timeout = 0.0
         self._stopping = False
         self._draining = False
-        self._thread: threading.Thread | None = None
+        self._runner: threading.Thread | None = None  # not `_thread`: compiled, its C name meets C's __thread
         self._snapshot_cost = 0.0
         self.snapshot = self._take_snapshot()
 
@@ -146,8 +149,8 @@ class CoreThread:
         if self.running:
             return self
         self._stopping = self._draining = False
-        self._thread = threading.Thread(target=self._run, name="core", daemon=True)
-        self._thread.start()
+        self._runner = threading.Thread(target=self._run, name="core", daemon=True)
+        self._runner.start()
         return self
 
     def release_waiters(self) -> None:
@@ -159,12 +162,12 @@ class CoreThread:
         """Refuse new calls, finish what is queued, answer waiting Leases, commit, and end the thread."""
         self._draining = self._stopping = True
         self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
+        if self._runner is not None:
+            self._runner.join(timeout)
 
     @property
     def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        return self._runner is not None and self._runner.is_alive()
 
     def _run(self) -> None:
         while True:

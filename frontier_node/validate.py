@@ -23,6 +23,7 @@ from typing import Any, Final
 import grpc
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
+from mypy_extensions import mypyc_attr
 
 from hostring.limits import (
     MAX_COMPLETIONS_PER_BATCH,
@@ -46,6 +47,7 @@ MAX_UNIX_MS: Final = 253_402_300_799_999  # the last millisecond of the year 999
 _TOKEN: Final = re.compile(r"[A-Za-z0-9_.:%-]*")
 
 
+@mypyc_attr(native_class=False)  # mypyc compiles no subclass of a builtin exception
 class Refused(ValueError):
     """A request the node will not act on: the gRPC status to answer, the field (a path) and why."""
 
@@ -238,7 +240,7 @@ def _applier(c: _Check) -> Callable[[Any], None]:
         return blob
     number_rule, real, lo, hi = rule, c.type in _REAL, rule.lo, rule.hi
 
-    def number(value: float) -> None:
+    def number(value: int | float) -> None:
         if (lo is None or value >= lo) and (hi is None or value <= hi) and (not real or math.isfinite(value)):
             return
         _number(value, number_rule, real=real)
@@ -343,7 +345,7 @@ def _text(value: str, rule: Rule) -> None:
         raise Refused(grpc.StatusCode.INVALID_ARGUMENT, "", "control characters are not allowed")
 
 
-def _number(value: float, rule: Rule, *, real: bool) -> None:
+def _number(value: int | float, rule: Rule, *, real: bool) -> None:  # not `float`: compiled, an int would become one
     if real and not math.isfinite(value):
         raise Refused(grpc.StatusCode.INVALID_ARGUMENT, "", f"{value} is not a finite number")
     if value in rule.also:

@@ -24,7 +24,6 @@ from frontier_node.core.records import Link, Outcome
 from frontier_node.core.states import State
 from frontier_node.offline_report import store_report
 from frontier_node.reading import SqliteReader
-from frontier_node.store import sqlite as sqlite_store
 from frontier_node.store.sqlite import SqliteStore
 from hostring.clock import VirtualClock
 from tests.store_helpers import admit, make_entry, page
@@ -155,7 +154,7 @@ def test_held_back_lease_rows_read_as_leased(tmp_path: Path) -> None:
         store.close()
 
 
-def test_a_lease_row_held_too_long_is_written_by_a_later_flush(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_lease_row_held_too_long_is_written_by_a_later_flush(tmp_path: Path) -> None:
     path = tmp_path / "s.sqlite3"
     store = SqliteStore(path)
     try:
@@ -164,7 +163,7 @@ def test_a_lease_row_held_too_long_is_written_by_a_later_flush(tmp_path: Path, m
         store.flush()
         a.state, a.generation, a.deadline = State.LEASED, 1, 1100.0
         store.record(make_entry(jseq, a.key, "scheduled", "lease", "leased", generation=1, at=1070.0), a)
-        monkeypatch.setattr(sqlite_store, "DEFER_S", 0.0)
+        store.defer_s = 0.0
         store.flush()
         con = sqlite3.connect(path)
         assert con.execute("SELECT state, generation FROM items WHERE key = ?", (a.key,)).fetchall() == [("leased", 1)]

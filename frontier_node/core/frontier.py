@@ -20,7 +20,7 @@ from functools import partial
 from typing import cast
 
 from frontier_node.core.budgets import Budgets
-from frontier_node.core.config import FrontierConfig
+from frontier_node.core.config import FrontierConfig, RevisitConfig
 from frontier_node.core.dedup import BodyIndex as MemoryBodyIndex
 from frontier_node.core.dedup import SeenSet, key_hash
 from frontier_node.core.front import FrontLayer
@@ -31,7 +31,7 @@ from frontier_node.core.leases import LeaseBook
 from frontier_node.core.ports import BodyClaim, BodyIndex, BreachLog, Outbox, Store
 from frontier_node.core.records import Completion, Entry, Item, Kind, LinkLike, LinkVerdict, OutcomeLike, Verdict
 from frontier_node.core.retry import Action, backoff_s, classify
-from frontier_node.core.revisit import describe
+from frontier_node.core.revisit import DueBook, RevisitCounters, describe
 from frontier_node.core.revisit_items import RevisitItems
 from frontier_node.core.robots import RobotsPolicy, RobotsRecord, RobotsVerdict
 from frontier_node.core.robots_items import RobotsItems, RobotsPlan, remote_home
@@ -113,6 +113,9 @@ class Frontier(RobotsItems, Handback, RevisitItems):
         self._admission_window = max(1, min(config.window, config.admission_window))
         self._read_ahead: dict[str, list[Item]] = {}  # host -> its queued rows, read before a drain (_read_backlogs)
         self._max_url_length = config.budgets.max_url_length
+        self._due = DueBook()
+        self._revisit_counters = RevisitCounters()
+        self._revisit_overrides: dict[str, RevisitConfig] = {}
         self._init_revisits()
         self._recover(rows=recover)
 
@@ -133,6 +136,10 @@ class Frontier(RobotsItems, Handback, RevisitItems):
     @property
     def store(self) -> Store:
         return self._store
+
+    def _set_now(self, now: float) -> None:
+        """The time of the operation running (a method: the mixed-in parts are mypyc traits, which cannot assign it)."""
+        self._now = now
 
     def owns(self, domain: str) -> bool:
         """Whether this node owns `domain` (at its current ring epoch, in a cluster)."""

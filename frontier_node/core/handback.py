@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Collection
 
+from mypy_extensions import trait
+
 from frontier_node.core.budgets import Budgets
 from frontier_node.core.config import FrontierConfig
 from frontier_node.core.front import FrontLayer
@@ -35,6 +37,7 @@ POLICY_REFUSALS = frozenset({"network_policy", "out_of_scope"})
 _REFUSED_STATES = (State.FAILED, State.SUPPRESSED, State.REJECTED)
 
 
+@trait
 class Handback:
     """Releasing leases and reconsidering policy refusals; part of the Frontier."""
 
@@ -51,6 +54,9 @@ class Handback:
     _now: float
 
     def owns(self, domain: str) -> bool:
+        raise NotImplementedError
+
+    def _set_now(self, now: float) -> None:
         raise NotImplementedError
 
     def _move(self, item: Item, event: Event, reason: str = "", evidence: str = "", data: str = "") -> None:
@@ -84,7 +90,8 @@ class Handback:
 
     def _hand_back(self, item: Item, reason: str) -> None:
         """One leased item back to scheduled now: its slot freed, its host resting one delay, not backed off."""
-        now = self._now = self._clock.now()
+        now = self._clock.now()
+        self._set_now(now)
         self._leases.settle(item.key)
         front = self._front
         host = front.host(item.host, item.domain)
@@ -109,7 +116,7 @@ class Handback:
         unknown = set(reasons) - POLICY_REFUSALS
         if unknown:
             raise ValueError(f"not policy refusals: {sorted(unknown)} (known: {sorted(POLICY_REFUSALS)})")
-        self._now = self._clock.now()
+        self._set_now(self._clock.now())
         done: Counter[str] = Counter()
         rows = [it for it in self._store.items(_REFUSED_STATES) if _reason_class(it.reason) in reasons]
         robots = [it for it in rows if it.kind is Kind.ROBOTS]

@@ -20,6 +20,8 @@ import math
 from collections import Counter
 from dataclasses import replace
 
+from mypy_extensions import trait
+
 from frontier_node.core.config import FrontierConfig, RevisitConfig
 from frontier_node.core.front import FrontLayer
 from frontier_node.core.hosts import Host
@@ -48,6 +50,7 @@ _GONE_STATUSES = frozenset({404, 410})
 _RETIRED = frozenset({State.FAILED, State.SUPPRESSED})
 
 
+@trait
 class RevisitItems:
     """The revisit part of the Frontier."""
 
@@ -73,9 +76,6 @@ class RevisitItems:
         raise NotImplementedError
 
     def _init_revisits(self) -> None:
-        self._due = DueBook()
-        self._revisit_counters = RevisitCounters()
-        self._revisit_overrides = {}
         saved = self._store.get_meta(_OVERRIDES_META)
         if saved:
             base = self._config.revisit

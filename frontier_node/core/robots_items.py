@@ -21,6 +21,8 @@ from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 from urllib.parse import parse_qs, urlencode
 
+from mypy_extensions import trait
+
 from frontier_node.core.config import FrontierConfig
 from frontier_node.core.dedup import SeenSet, key_hash
 from frontier_node.core.front import FrontLayer
@@ -63,6 +65,7 @@ def remote_home(key: str) -> tuple[str, int] | None:
         return None
 
 
+@trait
 class RobotsItems:
     """The robots part of the Frontier."""
 

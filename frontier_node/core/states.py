@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import enum
 
+from mypy_extensions import mypyc_attr
+
 
 class State(enum.StrEnum):
     """Where an item stands. Terminal states end an identity's life in this run (a later run may reconsider a
@@ -78,6 +80,7 @@ TRANSITIONS: dict[tuple[State, Event], State] = {
 TERMINAL: frozenset[State] = frozenset({State.REJECTED, State.FETCHED, State.FAILED, State.SUPPRESSED})
 
 
+@mypyc_attr(native_class=False)  # mypyc compiles no subclass of a builtin exception
 class IllegalTransition(RuntimeError):
     """An event that the transition table does not allow from the item's current state."""
 

@@ -34,6 +34,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
+from mypy_extensions import mypyc_attr
+
 from frontier_node.core.records import Entry, Item, Kind
 from frontier_node.core.states import State
 from frontier_node.store.lease_tail import LEASES_META, leases_value, tail_leases
@@ -169,6 +171,7 @@ def from_signed64(value: int) -> int:
     return value + (1 << 64) if value < 0 else value
 
 
+@mypyc_attr(native_class=False)  # mypyc compiles no subclass of a builtin exception
 class StoreSchemaError(RuntimeError):
     """The file is not a hostring store this code can open (newer schema version, or foreign tables)."""
 
@@ -212,6 +215,7 @@ def _row_item(r: _ItemRow) -> Item:
     )  # fmt: skip
 
 
+@mypyc_attr(native_class=False)  # compiled, a plain class: weakref.finalize needs a weak reference to it
 class SqliteStore:
     """Implements core.ports.Store on one SQLite file; see the module docstring for durability.
 
@@ -222,6 +226,7 @@ class SqliteStore:
     def __init__(self, path: str | Path, *, batch_rows: int = 0) -> None:
         self.path = Path(path)
         self.batch_rows = batch_rows
+        self.defer_s = DEFER_S  # how long a lease row may be held back (a test shortens it)
         self._lock = threading.Lock()
         self._journal: list[tuple[Any, ...]] = []
         self._rows: dict[str, _ItemRow] = {}
@@ -406,7 +411,7 @@ class SqliteStore:
     def flush(self) -> None:
         """Commit everything buffered in one transaction; on failure nothing is committed, the buffers stay.
 
-        Lease rows held back stay so (their journal lines are committed), except those older than DEFER_S.
+        Lease rows held back stay so (their journal lines are committed), except those older than `defer_s`.
         """
         with self._lock:
             self._flush_locked()
@@ -419,7 +424,7 @@ class SqliteStore:
             if all_rows:
                 self._write_deferred(len(deferred))
             else:
-                oldest = time.monotonic() - DEFER_S
+                oldest = time.monotonic() - self.defer_s
                 late = 0
                 for _, _, at in deferred.values():
                     if at > oldest:
