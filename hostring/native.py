@@ -2,7 +2,7 @@
 
 `python scripts/native.py build` compiles MODULES in place (an extension module beside each source, which Python
 imports instead of the .py); `clean` removes them. The code is the same either way: tests/test_native.py runs the
-core's tests against the compiled modules. Compiled, a node admits and settles about 1.2-1.3x as many URLs per CPU
+core's tests against the compiled modules. Compiled, a node admits and settles about 1.15-1.4x as many URLs per CPU
 second (bench/node.py says which build it measured).
 
 An extension built from an older source would run instead of the source as it is now, silently: importing
