@@ -226,14 +226,12 @@ class RedisStore(Flights, DomainHandoff):
         fields = row_fields(item)
         key = item.key
         with self._lock:
-            batch = self._batches.get(domain) or self._batch(domain)
+            batch = self._batch(domain)
             rows = batch.rows
             buffered = rows.get(key)
             if buffered is None or buffered[1][1] != item.host or buffered[1][5] != item.origin:
                 self._learn(key, item.host, item.origin, domain, page=item.kind is Kind.PAGE)
-            batch.entries.append(entry)
-            if seq > batch.jmax:
-                batch.jmax = seq
+            batch.add_line(entry)
             rows[key] = (seq if buffered is None else buffered[0], fields)
             if item.seq > batch.imax:
                 batch.imax = item.seq
@@ -450,9 +448,7 @@ class RedisStore(Flights, DomainHandoff):
             add(f"{imax:020d}" if imax >= 0 else "")
             for entry in entries:
                 add(pack_checked_line(entry, epoch))
-            for key, (first, fields) in rows.items():
-                add(key)
-                add(pack_fields(fields, first))
+            strings += batch.packed_rows()
             for pair in robots.items():
                 strings += pair
             count((1 if domain in fenced else 0, 1 if domain in named else 0, len(entries), len(rows), len(robots)))
