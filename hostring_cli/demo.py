@@ -43,10 +43,19 @@ def run_demo(out: str = "", delay: float = 0.2, stream: TextIO = sys.stdout) -> 
         forbidden = fetched & oracle.disallowed
         dups = web.duplicates()
         worst = max(web.max_concurrency(o) for o in web.origins.values())
+        robots = {k for k in fetched if k[1] == "/robots.txt"}
+        trapped = {k for k in fetched - robots if oracle.in_trap(k)}
+        expected = fetched & oracle.reachable_allowed
+        other = fetched - robots - trapped - expected
         print("\nwhat the web servers saw:", file=stream)
         print(
-            f"  requests {len(web.hits)}, pages a correct crawler fetches {len(oracle.reachable_allowed)}, "
-            f"missed {len(missing)}, robots-forbidden fetched {len(forbidden)}, fetched twice {len(dups)}, "
+            f"  requests {len(web.hits)}: {len(expected)} of the {len(oracle.reachable_allowed)} pages a correct "
+            f"crawler fetches, {len(trapped)} in crawler traps (ended by --max-depth and the per-host budget), "
+            f"{len(robots)} robots.txt" + (f", {len(other)} other" if other else ""),
+            file=stream,
+        )
+        print(
+            f"  missed {len(missing)}, robots-forbidden fetched {len(forbidden)}, fetched twice {len(dups)}, "
             f"most requests at once on one origin {worst}",
             file=stream,
         )

@@ -751,6 +751,13 @@ def test_demo_runs_and_prints_the_server_side_check(tmp_path: Path) -> None:
     assert proc.proc is not None and proc.proc.returncode == 0, proc.output()
     out = proc.stdout()
     assert "what the web servers saw:" in out, out
+    # Every request is accounted for: the pages the oracle expects (all of them), the trap's pages, robots files.
+    m = re.search(r"requests (\d+): (\d+) of the (\d+) pages a correct crawler fetches, (\d+) in crawler traps", out)
+    assert m is not None, out
+    requests, expected, of, trapped = map(int, m.groups())
+    assert expected == of and trapped > 0, out
+    robots = re.search(r"in crawler traps \([^)]*\), (\d+) robots\.txt\n", out)
+    assert robots is not None and expected + trapped + int(robots.group(1)) == requests, out
     assert re.search(
         r"missed 0, robots-forbidden fetched 0, fetched twice 0, most requests at once on one "
         r"origin 1\b",
