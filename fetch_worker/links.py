@@ -13,7 +13,6 @@ which rejects them with a named reason.
 
 from __future__ import annotations
 
-import codecs
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -21,14 +20,13 @@ from urllib.parse import urljoin, urlsplit
 
 from selectolax.lexbor import LexborHTMLParser
 
+from hostring.html import parser_input, visible_text
+
 _SELECTOR = "a[href], area[href], link[href], base[href], meta[name]"
 _URL_WHITESPACE = " \t\n\r\f"
 _DIRECTIVE_SPLIT = re.compile(r"[,\s]+")
 # Robots directives that carry a value after a colon; any other "word:" prefix names a user agent.
 _VALUED_DIRECTIVES = frozenset({"max-snippet", "max-image-preview", "max-video-preview", "unavailable_after"})
-_META_CHARSET = re.compile(rb"""<meta[^>]*?charset\s*=\s*["']?\s*([a-z0-9_.:-]+)""", re.IGNORECASE)
-# WHATWG Encoding: these labels all mean windows-1252 on the web.
-_WINDOWS_1252_LABELS = frozenset({"iso-8859-1", "iso8859-1", "latin1", "l1", "ascii", "us-ascii", "cp1252"})
 
 
 @dataclass(slots=True)
@@ -39,7 +37,9 @@ class Extracted:
     order, first occurrence kept; empty when `nofollow`. `base_url`: the URL
     the links resolve against (first `<base href>` resolved against the page
     URL, else the page URL). `canonical`: the first canonical link, resolved
-    against `base_url` ("" if none), reported even under `nofollow`.
+    against `base_url` ("" if none), reported even under `nofollow`. `text`:
+    the page's visible text (hostring.html.visible_text), what its simhash
+    reads.
     """
 
     links: list[str] = field(default_factory=list)
@@ -47,6 +47,7 @@ class Extracted:
     nofollow: bool = False
     noindex: bool = False
     canonical: str = ""
+    text: str = ""
 
 
 def _apply(directives: str, flags: list[bool]) -> None:
@@ -77,46 +78,6 @@ def _x_robots(values: Iterable[str], product_token: str, flags: list[bool]) -> N
                 _apply(part, flags)
 
 
-def _charset_label(body: bytes, content_type: str) -> str:
-    for param in content_type.split(";")[1:]:
-        key, _, value = param.partition("=")
-        if key.strip().lower() == "charset":
-            return value.strip().strip("\"'").lower()
-    match = _META_CHARSET.search(body, 0, 1024)
-    return match.group(1).decode("ascii").lower() if match else ""
-
-
-def _parser_input(body: bytes, content_type: str) -> bytes | str:
-    """What to hand lexbor, which reads bytes as UTF-8: the bytes, or text decoded here.
-
-    Order as in the HTML standard: BOM, then the HTTP charset, then a `<meta>`
-    charset in the first 1024 bytes; undeclared bytes that are not valid UTF-8
-    are read as windows-1252, the web's legacy default.
-    """
-    if body.startswith(codecs.BOM_UTF8):
-        return body[3:]
-    if body.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        return body.decode("utf-16", "replace")
-    label = _charset_label(body, content_type)
-    if label in _WINDOWS_1252_LABELS:
-        label = "windows-1252"
-    try:
-        codec = codecs.lookup(label).name if label else ""
-    except LookupError:
-        codec = ""
-    if codec in ("utf-8", "utf-16", "utf-16-le", "utf-16-be"):
-        return body  # a meta tag cannot truthfully declare UTF-16 in bytes we could read
-    if codec:
-        return body.decode(codec, "replace")
-    if body.isascii():
-        return body
-    try:
-        body.decode("utf-8")
-    except UnicodeDecodeError:
-        return body.decode("windows-1252", "replace")
-    return body
-
-
 def extract_links(
     body: bytes,
     page_url: str,
@@ -145,7 +106,7 @@ def extract_links(
     seen: set[str] = set()
     base_href: str | None = None
     canonical = ""
-    tree = LexborHTMLParser(_parser_input(body, content_type))
+    tree = LexborHTMLParser(parser_input(body, content_type))
     for node in tree.css(_SELECTOR):
         attrs = node.attributes  # one dict per node: several times cheaper than node.attrs.get()
         tag = node.tag
@@ -180,4 +141,5 @@ def extract_links(
     result.nofollow, result.noindex = flags
     result.links = [] if result.nofollow else links
     result.canonical = urljoin(result.base_url, canonical) if canonical else ""
+    result.text = visible_text(tree)  # last: it removes the scripts and styles from the tree
     return result

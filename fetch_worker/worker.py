@@ -410,8 +410,8 @@ class Worker:
         if not r.body or r.error_class:
             return []
         outcome.body_digest = body_digest(r.body)
-        outcome.simhash = simhash64(r.body[:_SIMHASH_TEXT].decode("utf-8", "replace"))
         if r.status >= 300 or media_type(r.content_type) not in self.fetcher.limits.parse_types:
+            outcome.simhash = simhash64(r.body[:_SIMHASH_TEXT].decode("utf-8", "replace"))
             return []
         extracted = extract_links(
             r.body,
@@ -420,6 +420,8 @@ class Worker:
             product_token=self.product_token,
             content_type=r.content_type,
         )
+        # The visible text, not the markup: a site's pages share their templates (hostring/html.py).
+        outcome.simhash = simhash64(extracted.text[:_SIMHASH_TEXT])
         outcome.nofollow, outcome.noindex = extracted.nofollow, extracted.noindex
         depth, base, sent, source = item.depth + 1, extracted.base_url, self._sent, item.fetch_key
         hrefs = extracted.links

@@ -42,8 +42,6 @@ COMPILED_SUITE = (
     "tests/test_wire_limits.py",
     "tests/test_node_shell.py",
     "tests/test_commit_pipeline.py",
-    "tests/test_core_robots.py",
-    "tests/test_revisit_core.py",
     "tests/test_revisit_node.py",
 )
 

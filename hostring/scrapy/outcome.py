@@ -23,6 +23,7 @@ from twisted.internet import error as twisted_error
 from w3lib.url import safe_url_string
 
 from hostring.fingerprint import body_digest, simhash64
+from hostring.html import page_text
 from hostring.retry_after import parse_retry_after
 from hostring.v1 import frontier_pb2 as pb
 
@@ -82,8 +83,8 @@ def response_outcome(response: Response, elapsed_s: float, *, robots: bool, simh
         outcome.robots_body = body[:ROBOTS_MAX_BYTES]
     elif status < 300 and body:
         outcome.body_digest = body_digest(body)
-        if simhash:
-            outcome.simhash = simhash64(body[:_SIMHASH_TEXT].decode("utf-8", "replace"))
+        if simhash:  # an HTML page's visible text, as the fetch worker reads it (hostring/html.py)
+            outcome.simhash = simhash64(page_text(body, outcome.content_type)[:_SIMHASH_TEXT])
     return outcome
 
 
