@@ -41,6 +41,7 @@ import httpx
 
 from fetch_worker.netpolicy import AddressRefused, NetworkPolicy, ResolutionFailed
 from fetch_worker.transport import CONNECT_TRACE, ConnectTrace, policy_transport
+from hostring.html import HTML_TYPES, media_type
 from hostring.retry_after import parse_retry_after
 
 # Error classes: the complete vocabulary of FetchResult.error_class.
@@ -104,7 +105,7 @@ class FetchLimits:
     total_timeout_s: float = 60.0
     max_bytes: int = 10 * 2**20
     max_decoded_bytes: int = 20 * 2**20
-    parse_types: tuple[str, ...] = ("text/html", "application/xhtml+xml")
+    parse_types: tuple[str, ...] = HTML_TYPES
     max_redirect_hops_robots: int = 5
 
 
@@ -169,11 +170,6 @@ class FetchResult:
         """Every value of response header `name`, in order."""
         wanted = name.lower()
         return [value for key, value in self.headers if key.lower() == wanted]
-
-
-def media_type(content_type: str) -> str:
-    """'Text/HTML; charset=utf-8' -> 'text/html'."""
-    return content_type.split(";", 1)[0].strip().lower()
 
 
 # --- bounded content decoding -------------------------------------------------------------------

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from fetch_worker.fetch import Fetcher, FetchResult, media_type
+from fetch_worker.fetch import Fetcher, FetchResult
 from fetch_worker.links import extract_links
 from fetch_worker.metrics import WorkerMetrics
 from fetch_worker.warc import WarcWriter, payload_digest, warc_date
@@ -41,6 +41,7 @@ from hostring.client import (
     successor,
 )
 from hostring.fingerprint import body_digest, simhash64
+from hostring.html import media_type
 from hostring.urls import reference_key, reference_keys
 from hostring.v1 import frontier_pb2 as pb
 from hostring.v1 import frontier_pb2_grpc as pb_grpc

@@ -13,7 +13,7 @@ import re
 
 from selectolax.lexbor import LexborHTMLParser
 
-__all__ = ["HTML_TYPES", "page_text", "parser_input", "visible_text"]
+__all__ = ["HTML_TYPES", "media_type", "page_text", "parser_input", "visible_text"]
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 """Media types read as HTML (the fetch worker's default parse types)."""
@@ -23,6 +23,11 @@ _META_CHARSET = re.compile(rb"""<meta[^>]*?charset\s*=\s*["']?\s*([a-z0-9_.:-]+)
 _WINDOWS_1252_LABELS = frozenset({"iso-8859-1", "iso8859-1", "latin1", "l1", "ascii", "us-ascii", "cp1252"})
 # Elements whose content is not read by a person: code, styles, fallbacks and inert templates.
 _INVISIBLE = ["script", "style", "noscript", "template"]
+
+
+def media_type(content_type: str) -> str:
+    """'Text/HTML; charset=utf-8' -> 'text/html'."""
+    return content_type.split(";", 1)[0].strip().lower()
 
 
 def _charset_label(body: bytes, content_type: str) -> str:
@@ -78,10 +83,10 @@ def visible_text(tree: LexborHTMLParser) -> str:
     return " ".join(p for p in parts if p)
 
 
-def page_text(body: bytes, content_type: str) -> str:
-    """The text a simhash reads from a body: its visible text when it is HTML (by its Content-Type's media type),
-    else the body decoded as UTF-8 (invalid bytes replaced)."""
-    media = content_type.split(";", 1)[0].strip().lower()
-    if media in HTML_TYPES and body and not body.isspace():
-        return visible_text(LexborHTMLParser(parser_input(body, content_type)))
-    return body.decode("utf-8", "replace")
+def page_text(body: bytes, content_type: str, max_chars: int) -> str:
+    """The first `max_chars` of the text a simhash reads from a body: its visible text when it is HTML (by its
+    Content-Type's media type), else the body decoded as UTF-8 (invalid bytes replaced; only its first `max_chars`
+    bytes are decoded)."""
+    if media_type(content_type) in HTML_TYPES and body and not body.isspace():
+        return visible_text(LexborHTMLParser(parser_input(body, content_type)))[:max_chars]
+    return body[:max_chars].decode("utf-8", "replace")

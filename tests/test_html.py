@@ -79,10 +79,11 @@ def test_visible_text_reads_the_title_and_body_without_code_styles_or_templates(
 
 def test_page_text_decodes_by_charset_and_reads_only_html_as_markup() -> None:
     latin = "<html><body><p>café crème</p></body></html>".encode("windows-1252")
-    assert page_text(latin, "text/html; charset=ISO-8859-1").split() == ["café", "crème"]
-    assert page_text(b"<p>a</p><p>b</p>", "application/xhtml+xml").split() == ["a", "b"]
-    assert page_text(b"<p>not html</p>", "text/plain") == "<p>not html</p>"  # plain text is its own text
-    assert page_text(b"", "text/html") == ""
+    assert page_text(latin, "text/html; charset=ISO-8859-1", 100).split() == ["café", "crème"]
+    assert page_text(b"<p>a</p><p>b</p>", "application/xhtml+xml", 100).split() == ["a", "b"]
+    assert page_text(b"<p>not html</p>", "text/plain", 100) == "<p>not html</p>"  # plain text is its own text
+    assert page_text(b"", "text/html", 100) == ""
+    assert page_text(b"x" * 1000, "text/plain", 100) == "x" * 100  # the first max_chars, whatever the body's size
 
 
 def test_pages_under_one_template_are_told_apart_and_a_new_build_of_the_template_changes_nothing() -> None:

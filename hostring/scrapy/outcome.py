@@ -84,7 +84,7 @@ def response_outcome(response: Response, elapsed_s: float, *, robots: bool, simh
     elif status < 300 and body:
         outcome.body_digest = body_digest(body)
         if simhash:  # an HTML page's visible text, as the fetch worker reads it (hostring/html.py)
-            outcome.simhash = simhash64(page_text(body, outcome.content_type)[:_SIMHASH_TEXT])
+            outcome.simhash = simhash64(page_text(body, outcome.content_type, _SIMHASH_TEXT))
     return outcome
 
 
