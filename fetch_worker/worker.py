@@ -419,7 +419,7 @@ class Worker:
             item.url,
             x_robots_tag=r.header_values("x-robots-tag"),
             product_token=self.product_token,
-            content_type=r.content_type,
+            content_type=r.header("content-type"),  # with its charset: r.content_type is the bare media type
         )
         # The visible text, not the markup: a site's pages share their templates (hostring/html.py).
         outcome.simhash = simhash64(extracted.text[:_SIMHASH_TEXT])

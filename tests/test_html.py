@@ -7,6 +7,7 @@ template looked unchanged to the revisit policy. Fingerprinted over the visible 
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import random
 
@@ -21,6 +22,8 @@ from hostring.fingerprint import NEAR_DUPLICATE_DISTANCE, hamming, simhash64
 from hostring.html import page_text, visible_text
 from hostring.scrapy.outcome import response_outcome
 from hostring.v1 import frontier_pb2 as pb
+from hostring_testing import LocalWeb, Site
+from hostring_testing.pages import Page
 
 UA = "hostring-test/0.1 (+https://example.invalid/html-tests)"
 _VOCABULARY = [f"{stem}{n}" for stem in ("alpha", "delta", "kappa", "omega", "sigma", "theta") for n in range(60)]
@@ -111,3 +114,28 @@ def test_the_scrapy_plug_in_fingerprints_a_page_as_the_fetch_worker_does() -> No
         )
         scrapy_simhash = response_outcome(response, 0.1, robots=False, simhash=True).simhash
         assert scrapy_simhash == _worker_simhash(worker, body) != 0
+
+
+def test_a_charset_given_only_in_the_http_header_decodes_links_and_text() -> None:
+    """A page whose bytes are koi8-r, said only by `Content-Type: text/html; charset=koi8-r`, fetched from a real
+    loopback server: its link and its text are read as Cyrillic (the worker used to pass the media type alone, and
+    undeclared bytes are read as windows-1252)."""
+    body = "<html><body><p>новости дня</p><a href='/путь'>ссылка</a></body></html>".encode("koi8-r")
+    page = Page(body=body, content_type="text/html; charset=koi8-r")
+    with LocalWeb({"a": Site({"/p": page})}) as web:
+
+        async def run() -> tuple[list[pb.Link], pb.Outcome]:
+            fetcher = Fetcher(NetworkPolicy(["127.0.0.0/8"]), UA)
+            worker = Worker(StaticRouter("127.0.0.1:9"), fetcher)
+            try:
+                url = web.url("a", "/p")
+                result = await fetcher.fetch(url)
+                outcome = pb.Outcome(status=result.status)
+                item = pb.LeaseItem(url=url, fetch_key=url, kind=pb.PAGE)
+                return worker._links(item, result, outcome), outcome
+            finally:
+                await fetcher.aclose()
+
+        links, outcome = asyncio.run(run())
+    assert [link.observed for link in links] == ["/путь"]
+    assert outcome.simhash == simhash64("новости дня ссылка")
