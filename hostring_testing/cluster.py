@@ -32,7 +32,7 @@ from hostring.v1 import coordinator_pb2 as cpb
 from hostring.v1 import coordinator_pb2_grpc as cpb_grpc
 from hostring.v1 import frontier_pb2 as pb
 from hostring.v1 import frontier_pb2_grpc as pb_grpc
-from hostring_testing.crawls import LOOPBACK, UA
+from hostring_testing.crawls import LOOPBACK, UA, settled_at
 from hostring_testing.proc import REPO, Proc, child_env, hostring_cmd, log_records
 
 __all__ = [
@@ -41,6 +41,7 @@ __all__ = [
     "Handoff",
     "assert_no_node_errors",
     "node_errors",
+    "settled_at",
     "single_owner",
     "wait_for",
 ]
@@ -362,12 +363,3 @@ def journals(judge: JournalSource) -> dict[str, list[dict[str, Any]]]:
                 }
             )
     return out
-
-
-def settled_at(lines: dict[str, list[dict[str, Any]]], key: str, start: float) -> float | None:
-    """When a node journaled the end of the fetch of `key` that a request starting at `start` served: the first
-    settling of a lease (complete, retry, release...; not an expiry, which says nothing of the response) after it."""
-    for e in lines.get(key, []):
-        if e["at"] >= start - 0.05 and e["from"] == "leased" and e["event"] != "expire":
-            return float(e["at"])
-    return None

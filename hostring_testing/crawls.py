@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from hostring.urls import identify
 from hostring_testing.identity import canonical_target
 from hostring_testing.pages import Key
 from hostring_testing.proc import PORT_LINE, REPO, GroupProcess, hostring_cmd
@@ -38,6 +39,7 @@ __all__ = [
     "hostring_cmd",
     "is_robots",
     "journal",
+    "journal_settled",
     "key_of",
     "load_report",
     "page_hits",
@@ -45,6 +47,7 @@ __all__ = [
     "run_cli",
     "scope_file",
     "serve",
+    "settled_at",
     "wait_until",
 ]
 
@@ -236,6 +239,28 @@ def short_pauses(
                 continue
             out.append((gap, prev, cur))
     return out
+
+
+def settled_at(lines: dict[str, list[dict[str, Any]]], key: str, start: float) -> float | None:
+    """When a node journaled the end of the fetch of `key` that a request starting at `start` served: the first
+    settling of a lease (complete, retry, release...; not an expiry, which says nothing of the response) after it."""
+    for e in lines.get(key, []):
+        if e["at"] >= start - 0.05 and e["from"] == "leased" and e["event"] != "expire":
+            return float(e["at"])
+    return None
+
+
+def journal_settled(out: Path) -> Callable[[Hit], float | None]:
+    """settled(hit) for politeness_violations, from the journal of a one-node crawl's store: when the node
+    journaled the end of the fetch that hit served (None for robots.txt, which has no fetch key of the page)."""
+    lines: dict[str, list[dict[str, Any]]] = {}
+    for row in journal(out):
+        lines.setdefault(row["key"], []).append({"event": row["event"], "from": row["from_state"], "at": row["at"]})
+
+    def settled(hit: Hit) -> float | None:
+        return settled_at(lines, identify(hit.origin + hit.path).fetch_key, hit.start)
+
+    return settled
 
 
 def politeness_violations(
