@@ -40,20 +40,19 @@ from hostring.client import (
     store_lost_reason,
     successor,
 )
-from hostring.fingerprint import body_digest, simhash64
+from hostring.fingerprint import SIMHASH_TEXT_CHARS, body_digest, simhash64
 from hostring.html import media_type
+from hostring.limits import MAX_ROBOTS_BODY_BYTES
 from hostring.urls import reference_key, reference_keys
 from hostring.v1 import frontier_pb2 as pb
 from hostring.v1 import frontier_pb2_grpc as pb_grpc
 
 log = logging.getLogger("hostring.worker")
 
-ROBOTS_MAX_BYTES = 500 * 1024
 COMPLETE_LINKS = 10_000
 """Links sent inside one Complete (well under the message limit); a page's further links are routed with Discover
 once the node said they are to be followed."""
 ROUTE_BATCH = 2048
-_SIMHASH_TEXT = 64 * 1024
 _SENT_LIMIT = 1 << 17
 _IDLE_S = 0.05  # a node that answered empty without waiting (or drained) is asked again after this
 _ARCHIVE_ON_LOOP_BYTES = 256 * 1024
@@ -349,7 +348,7 @@ class Worker:
             turn = self._processing
             outcome = self._outcome(result)
             if item.kind == pb.ROBOTS:
-                outcome.robots_body = result.body[:ROBOTS_MAX_BYTES]
+                outcome.robots_body = result.body[:MAX_ROBOTS_BODY_BYTES]
             else:
                 links = self._links(item, result, outcome)
             if self.warc is not None and result.status:
@@ -412,7 +411,7 @@ class Worker:
             return []
         outcome.body_digest = body_digest(r.body)
         if r.status >= 300 or media_type(r.content_type) not in self.fetcher.limits.parse_types:
-            outcome.simhash = simhash64(r.body[:_SIMHASH_TEXT].decode("utf-8", "replace"))
+            outcome.simhash = simhash64(r.body[:SIMHASH_TEXT_CHARS].decode("utf-8", "replace"))
             return []
         extracted = extract_links(
             r.body,
@@ -422,7 +421,7 @@ class Worker:
             content_type=r.header("content-type"),  # with its charset: r.content_type is the bare media type
         )
         # The visible text, not the markup: a site's pages share their templates (hostring/html.py).
-        outcome.simhash = simhash64(extracted.text[:_SIMHASH_TEXT])
+        outcome.simhash = simhash64(extracted.text[:SIMHASH_TEXT_CHARS])
         outcome.nofollow, outcome.noindex = extracted.nofollow, extracted.noindex
         depth, base, sent, source = item.depth + 1, extracted.base_url, self._sent, item.fetch_key
         hrefs = extracted.links

@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import hashlib
 
-__all__ = ["NEAR_DUPLICATE_DISTANCE", "body_digest", "hamming", "near_duplicate", "simhash64"]
+__all__ = ["NEAR_DUPLICATE_DISTANCE", "SIMHASH_TEXT_CHARS", "body_digest", "hamming", "near_duplicate", "simhash64"]
 
 # Manku et al. found k = 3 differing bits of 64 the best precision/recall trade-off on 8B web pages.
 NEAR_DUPLICATE_DISTANCE = 3
+SIMHASH_TEXT_CHARS = 64 * 1024
+"""Characters of a page's text a simhash reads (worker and Scrapy plug-in alike): past them a page is long enough
+to be told apart, and a huge one costs no more."""
 
 _LANE = 8  # bytes per 64-bit hash
 _TABLES = 24  # bytes of a word's digest used: its tabulation values T0, T1, T2

@@ -17,7 +17,9 @@ from urllib.parse import urlsplit
 
 from protego import Protego
 
-MAX_ROBOTS_BYTES = 500 * 1024
+from hostring.limits import MAX_ROBOTS_BODY_BYTES
+
+MAX_ROBOTS_BYTES = MAX_ROBOTS_BODY_BYTES  # RFC 9309 §2.5: at least 500 KiB parsed; what the wire allows
 MAX_CACHE_S = 24 * 3600
 
 _ROBOTS_PATH = "/robots.txt"

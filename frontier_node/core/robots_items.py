@@ -32,14 +32,13 @@ from frontier_node.core.leases import LeaseBook
 from frontier_node.core.ports import Outbox, Store
 from frontier_node.core.records import Completion, Item, Kind, Outcome, OutcomeLike
 from frontier_node.core.retry import OVERLOAD_STATUSES, Action, classify
-from frontier_node.core.robots import RobotsPolicy, RobotsRecord, RobotsVerdict
+from frontier_node.core.robots import MAX_ROBOTS_BYTES, RobotsPolicy, RobotsRecord, RobotsVerdict
 from frontier_node.core.states import Event, State
 from hostring.urls import ROBOTS_PREFIX, UrlIdentity, UrlRejected, domain_of, identify, robots_url
 
 # A robots.txt redirecting to a host of a domain another node owns, in a cluster without an outbox.
 ELSEWHERE = "robots_redirect_elsewhere"
 _HOP_MARK = "#for="
-_BODY_LIMIT = 500 * 1024
 
 
 class RobotsPlan(NamedTuple):
@@ -257,7 +256,7 @@ class RobotsItems:
                 "retry_after_s": outcome.retry_after_s,
                 "evidence": outcome.evidence,
                 "url": item.url,
-                "body": base64.b64encode(bytes(outcome.robots_body)[:_BODY_LIMIT]).decode(),
+                "body": base64.b64encode(bytes(outcome.robots_body)[:MAX_ROBOTS_BYTES]).decode(),
             },
         )
         reason = f"robots_{outcome.status} for {origin}" if not error_class else f"{error_class} for {origin}"
@@ -310,7 +309,7 @@ class RobotsItems:
             return
         now = self._clock_now()
         try:
-            body = base64.b64decode(str(message.get("body", "")))[:_BODY_LIMIT]
+            body = base64.b64decode(str(message.get("body", "")))[:MAX_ROBOTS_BYTES]
         except ValueError:
             body = b""
         outcome = Outcome(

@@ -22,14 +22,14 @@ from scrapy.http import Response
 from twisted.internet import error as twisted_error
 from w3lib.url import safe_url_string
 
-from hostring.fingerprint import body_digest, simhash64
+from hostring.fingerprint import SIMHASH_TEXT_CHARS, body_digest, simhash64
 from hostring.html import page_text
+from hostring.limits import MAX_ROBOTS_BODY_BYTES
 from hostring.retry_after import parse_retry_after
 from hostring.v1 import frontier_pb2 as pb
 
-ROBOTS_MAX_BYTES = 500 * 1024
+ROBOTS_MAX_BYTES = MAX_ROBOTS_BODY_BYTES
 """RFC 9309 §2.5: parse at least 500 KiB; the node caps there too."""
-_SIMHASH_TEXT = 64 * 1024
 _DETAIL_MAX = 500
 
 # Most specific first: Scrapy's own exception types (2.13+), then Twisted's, then TLS.
@@ -84,7 +84,7 @@ def response_outcome(response: Response, elapsed_s: float, *, robots: bool, simh
     elif status < 300 and body:
         outcome.body_digest = body_digest(body)
         if simhash:  # an HTML page's visible text, as the fetch worker reads it (hostring/html.py)
-            outcome.simhash = simhash64(page_text(body, outcome.content_type, _SIMHASH_TEXT))
+            outcome.simhash = simhash64(page_text(body, outcome.content_type, SIMHASH_TEXT_CHARS))
     return outcome
 
 
