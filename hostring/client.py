@@ -67,7 +67,20 @@ class Router(Protocol):
         ...
 
 
-class StaticRouter:
+class FixedRouting:
+    """What a Router without a coordinator shares: its ring never changes, so there is nothing to read again and
+    ownership never moves."""
+
+    async def refresh(self) -> None:
+        return None
+
+    async def moved(self, domain: str, address: str, timeout_s: float) -> str:
+        """Ownership never moves here: waits `timeout_s`."""
+        await asyncio.sleep(timeout_s)
+        return address
+
+
+class StaticRouter(FixedRouting):
     """One node owns everything: the embedded `hostring crawl` setup."""
 
     def __init__(self, address: str, tls: TlsConfig | None = None) -> None:
@@ -79,14 +92,6 @@ class StaticRouter:
 
     def owner(self, domain: str) -> str:
         return self.address
-
-    async def refresh(self) -> None:
-        return None
-
-    async def moved(self, domain: str, address: str, timeout_s: float) -> str:
-        """Ownership never moves here: waits `timeout_s`."""
-        await asyncio.sleep(timeout_s)
-        return address
 
 
 async def owner_now(router: Router, domain: str, address: str) -> str:

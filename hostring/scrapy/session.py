@@ -23,7 +23,7 @@ from typing import Any
 
 import grpc
 
-from hostring.client import CompletionBatcher, NodeClients, Router, renew_at, successor
+from hostring.client import CompletionBatcher, FixedRouting, NodeClients, Router, renew_at, successor
 from hostring.limits import grpc_options
 from hostring.ring import Member, Ring
 from hostring.security import INSECURE, TlsConfig
@@ -44,7 +44,7 @@ SHUTDOWN = pb.Outcome(error_class="worker_shutdown", retry_after_s=-1)
 """What a lease is given back with when the process stops before finishing it (the node retries it)."""
 
 
-class StaticRing:
+class StaticRing(FixedRouting):
     """A Router over a fixed list of nodes: one owns everything; several share the domains by a ring of their
     addresses (every process given the same list routes alike). For nodes started without a coordinator."""
 
@@ -64,14 +64,6 @@ class StaticRing:
         member = self._ring.owner(domain)
         assert member is not None
         return member.address
-
-    async def refresh(self) -> None:
-        return None
-
-    async def moved(self, domain: str, address: str, timeout_s: float) -> str:
-        """Ownership never moves here: waits `timeout_s`."""
-        await asyncio.sleep(timeout_s)
-        return address
 
     def split(self, links: Sequence[pb.Link], address: str) -> tuple[list[pb.Link], list[pb.Link]]:
         """(the links `address` owns, the others)."""
