@@ -150,6 +150,9 @@ class Driver:
         if kind == "record":
             _, k, prio, state, reseq, extra, data = op
             key, host = KEYS[k], KEY_HOSTS[k]
+            # A key's first line admits it, as in the core: a lease row is only ever written behind (SqliteStore)
+            # for an item whose row was written before, so it keeps that row's place in first-write order.
+            event = "lease" if key in self.item_seq else "schedule"
             if reseq or key not in self.item_seq:
                 self.iseq += 1
                 self.item_seq[key] = self.iseq
@@ -159,7 +162,7 @@ class Driver:
             )
             it.kind = extra["kind"]
             self.order[key] = it.order
-            store.record(make_entry(self.jseq, key, "scheduled", "lease", state.value, data=data), it)
+            store.record(make_entry(self.jseq, key, "scheduled", event, state.value, data=data), it)
         elif kind == "note":
             self.jseq += 1
             store.note(make_entry(self.jseq, KEYS[op[1]], "leased", "late_evidence", "leased", evidence=op[2]))

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 
 from frontier_node.core.config import BudgetConfig, FrontierConfig, PolitenessConfig, RetryConfig
 from frontier_node.core.frontier import Frontier
@@ -245,11 +245,24 @@ def test_odd_characters_survive(durable: Backend) -> None:
     assert t.get_meta("scope") == "\x00\x1f\U0001f600"
 
 
+# Found by Hypothesis (the compiled suite, 2026-12-03): two keys whose lease lengths round to the same float (a
+# deadline past 2**53) and the first key leased again under another length. When a key's first line was a lease,
+# SqliteStore held its row back and wrote it after the second key's, so items() came in another order than
+# MemoryStore's; the core never writes a key's first row with a lease, and Driver now admits a key first.
+_UNCHANGED = {"attempt": 0, "generation": 0, "due_at": 0.0, "status": 0, "reason": "", "etag": "", "digest": ""}
+_TWO_LONG_LEASES: list[tuple[Any, ...]] = [
+    ("record", 1, 0, State.DISCOVERED, False, {**_UNCHANGED, "deadline": 2.0**60, "kind": Kind.PAGE}, ""),
+    ("record", 0, 0, State.DISCOVERED, False, {**_UNCHANGED, "deadline": 2.0**60, "kind": Kind.PAGE}, ""),
+    ("record", 1, 0, State.DISCOVERED, False, {**_UNCHANGED, "deadline": 0.0, "kind": Kind.PAGE}, ""),
+]
+
+
 def test_answers_like_memory(durable: Backend) -> None:
     """Random op sequences: every answer, then every read after the sequence and after a reopen, as MemoryStore's."""
 
     @settings(max_examples=durable.examples, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(ops=ops)
+    @example(ops=_TWO_LONG_LEASES)
     def check(ops: list[tuple[Any, ...]]) -> None:
         durable.move()
         mem, other = MemoryStore(), durable.open()
