@@ -63,6 +63,24 @@ def test_quick_crawl_bench_prints_every_figure() -> None:
     assert figures["workload"]["throughput"]["origins"] >= 20
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_turnaround_rounds_report_the_median_round() -> None:
+    """`python -m bench.crawl --quick --turnaround-only --rounds 3 --json`: three crawls of the link-heavy web, each
+    complete and polite, and the round reported in full is the one with the median makespan/bound."""
+    figures = run_quick("bench.crawl", 120, "--turnaround-only", "--rounds", "3")
+    rounds = figures["rounds"]
+    assert figures["workload"]["rounds"] == 3 and len(rounds) == 3
+    for r in rounds:
+        assert_positive(r, ("makespan_over_bound", "makespan_s", "cpu_ms_per_page", "cpu_s_worker", "cpu_s_node"))
+    turnaround = figures["turnaround"]
+    ratios = sorted(r["makespan_over_bound"] for r in rounds)
+    assert turnaround["makespan_over_bound"] == ratios[1]
+    coverage = turnaround["coverage"]
+    assert coverage["missing"] == coverage["duplicates"] == coverage["forbidden"] == 0, coverage
+    assert coverage["max_in_flight_per_origin"] == 1, coverage
+
+
 CLUSTER_PER_URL = ("node_cpu_ms", "cpu_ms", "redis_cpu_ms", "redis_round_trips", "redis_commands")
 
 
