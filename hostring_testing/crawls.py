@@ -48,6 +48,7 @@ __all__ = [
     "scope_file",
     "serve",
     "settled_at",
+    "settled_by",
     "wait_until",
 ]
 
@@ -250,17 +251,22 @@ def settled_at(lines: dict[str, list[dict[str, Any]]], key: str, start: float) -
     return None
 
 
-def journal_settled(out: Path) -> Callable[[Hit], float | None]:
-    """settled(hit) for politeness_violations, from the journal of a one-node crawl's store: when the node
-    journaled the end of the fetch that hit served (None for robots.txt, which has no fetch key of the page)."""
-    lines: dict[str, list[dict[str, Any]]] = {}
-    for row in journal(out):
-        lines.setdefault(row["key"], []).append({"event": row["event"], "from": row["from_state"], "at": row["at"]})
+def settled_by(lines: dict[str, list[dict[str, Any]]]) -> Callable[[Hit], float | None]:
+    """settled(hit) for politeness_violations over journal lines by fetch key (event, from, at): when a node
+    journaled the end of the fetch that hit served (None for robots.txt: its key is not the page's URL)."""
 
     def settled(hit: Hit) -> float | None:
         return settled_at(lines, identify(hit.origin + hit.path).fetch_key, hit.start)
 
     return settled
+
+
+def journal_settled(out: Path) -> Callable[[Hit], float | None]:
+    """settled_by() over the journal of a one-node crawl's store."""
+    lines: dict[str, list[dict[str, Any]]] = {}
+    for row in journal(out):
+        lines.setdefault(row["key"], []).append({"event": row["event"], "from": row["from_state"], "at": row["at"]})
+    return settled_by(lines)
 
 
 def politeness_violations(

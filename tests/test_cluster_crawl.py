@@ -22,14 +22,12 @@ import redis
 
 from frontier_node.store.redis import RedisStore
 from hostring.ring import Member, Ring
-from hostring.urls import identify
 from hostring_testing import LocalWeb, random_model, render_model
-from hostring_testing.cluster import Cluster, journals, settled_at, wait_for
-from hostring_testing.crawls import TOKEN, politeness_violations
+from hostring_testing.cluster import Cluster, journals, wait_for
+from hostring_testing.crawls import TOKEN, politeness_violations, settled_by
 from hostring_testing.model import WebModel, mirror_across
 from hostring_testing.oracle import oracle_for
 from hostring_testing.proc import STARTUP_TIMEOUT_S
-from hostring_testing.server import Hit
 
 ORIGINS = 100
 PAGES = 22
@@ -180,9 +178,7 @@ def test_cluster_crawl_join_at_a_quarter_kill_at_half(empty_redis: str, tmp_path
         if duplicates > MAX_DUPLICATES:
             problems.append(f"{duplicates} duplicate fetches: {web.duplicates(include_robots=True)[:8]}")
 
-        def settled(hit: Hit) -> float | None:  # robots.txt has another key: no journal, no correction
-            return settled_at(lines, identify(hit.origin + hit.path).fetch_key, hit.start)
-
+        settled = settled_by(lines)  # robots.txt has another key: no journal, no correction
         for label in web.origins:
             problems += [f"{label}: {v}" for v in politeness_violations(web, label, DELAY_S, GAP_TOLERANCE_S, settled)]
         copies_fetched = sum(1 for _, b in pairs if any(h.label == b and "-copy" in h.path for h in web.hits))
