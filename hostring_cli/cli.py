@@ -12,8 +12,6 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import redis
-
 from frontier_node.core.config import BudgetConfig, FrontierConfig, PolitenessConfig, RetryConfig
 from frontier_node.core.robots import RobotsPolicy
 from hostring import logs
@@ -256,7 +254,7 @@ def cmd_node(args: argparse.Namespace) -> int:
             tls=tls_from(args),
             admin_token=token_from(args),
         )
-    except redis.RedisError as e:
+    except errors.redis_errors() as e:
         raise errors.redis_failure(e, args.store, "--store") from None
     except ValueError as e:
         raise UsageError(str(e)) from e

@@ -20,7 +20,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import grpc
-import redis
 
 from hostring import logs
 from hostring.limits import grpc_options
@@ -39,7 +38,7 @@ from hostring_cli.args import (
     positive_float,
     positive_int,
 )
-from hostring_cli.errors import DependencyError, redis_failure, rpc_failure
+from hostring_cli.errors import DependencyError, redis_errors, redis_failure, rpc_failure
 
 log = logging.getLogger("hostring.cli")
 
@@ -117,7 +116,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
             tls=tls,
             admin_token=token_from(args),
         )
-    except redis.RedisError as e:
+    except redis_errors() as e:
         raise redis_failure(e, args.redis, "--redis") from None
     except OSError as e:
         raise DependencyError(f"cannot serve on --listen {args.listen}: {e}") from e

@@ -15,7 +15,6 @@ import sys
 from collections.abc import Callable
 
 import grpc
-import redis
 
 from hostring.security import SecurityConfigError
 from hostring_cli.args import EXIT_ERROR, EXIT_OK, EXIT_STOPPED, EXIT_USAGE, UsageError
@@ -41,7 +40,15 @@ def rpc_failure(e: grpc.RpcError, what: str, address: str, flag: str) -> Depende
     return DependencyError(f"the {what} at {address} refused the call: {name}: {text}")
 
 
-def redis_failure(e: redis.RedisError, url: str, flag: str) -> DependencyError:
+def redis_errors() -> tuple[type[Exception], ...]:
+    """What to catch as a Redis failure: redis.RedisError once redis is imported, else nothing (a process that never
+    imported redis cannot raise its errors). The CLI imports redis only where it uses it: importing it is 0.1-0.3 s
+    of every `hostring` process's start, a crawl's node and worker included."""
+    module = sys.modules.get("redis")
+    return (module.RedisError,) if module is not None else ()
+
+
+def redis_failure(e: Exception, url: str, flag: str) -> DependencyError:
     return DependencyError(f"cannot use Redis at {url}: {e}; start Redis or give the right {flag} URL")
 
 
@@ -65,7 +72,7 @@ def run(func: Callable[[], int], *, debug: Callable[[], bool]) -> int:
         if callable(code) and callable(details):
             return _fail(f"{code().name}: {details()}", EXIT_ERROR)
         return _fail(f"RPC failed: {e}", EXIT_ERROR)
-    except redis.RedisError as e:
+    except redis_errors() as e:
         return _fail(f"Redis: {e}; is it running, and is the URL right?", EXIT_ERROR)
     except OSError as e:
         if debug():

@@ -302,3 +302,19 @@ def test_a_crawl_directory_in_use_is_refused(tmp_path: Path) -> None:
     assert r.code == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "being crawled by another hostring crawl (pid 4242)" in r.stderr
     assert sorted(p.name for p in out.iterdir()) == before
+
+
+def test_only_redis_commands_import_redis(tmp_path: Path) -> None:
+    """The Redis failures above are caught without the CLI importing redis up front: a process that does not use
+    Redis (a crawl, its SQLite node and its worker) never loads it (0.1-0.3 s of every start)."""
+    probe = (
+        "import sys\n"
+        "import hostring_cli.cli, hostring_cli.crawl, frontier_node.server, fetch_worker.worker\n"
+        "from frontier_node.store.open import open_store\n"
+        "open_store(sys.argv[1]).close()\n"
+        "print('redis' in sys.modules)\n"
+    )
+    store = f"sqlite:///{tmp_path / 'node.sqlite3'}"
+    out = subprocess.run([sys.executable, "-c", probe, store], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
