@@ -241,6 +241,7 @@ def run_crawl(
     max_depth: int = 50,
     profile: Path | None = None,
     extra: Sequence[str] = (),
+    workers: int = 1,
 ) -> CrawlRun:
     """`hostring crawl` over every origin of `web` (all roots seeds, scope = their hosts), timed and CPU-counted."""
     out = tmp / f"{name}-out"
@@ -273,6 +274,7 @@ def run_crawl(
         "100000",
         "--user-agent",
         UA,
+        *(["--workers", str(workers)] if workers > 1 else []),
         *extra,
     ]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -281,6 +283,7 @@ def run_crawl(
     with stdout_path.open("w") as sink, (tmp / f"{name}.stderr").open("w") as err:
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=sink, stderr=err, start_new_session=True)
         worker_cpu = node_cpu = 0.0
+        children_cpu: dict[int, float] = {}  # --workers N: the crawl's worker children, by pid
         at_first: float | None = None
         node_pid: int | None = None
         spies: list[subprocess.Popen[bytes]] = []
@@ -293,6 +296,10 @@ def run_crawl(
                 st = _stat(proc.pid)
                 if st is not None:
                     worker_cpu = st[1]
+                if workers > 1:
+                    for kid in _children(proc.pid):
+                        if _is_worker(kid) and (kst := _stat(kid)) is not None:
+                            children_cpu[kid] = kst[1]
                 if node_pid is None:
                     kids = [k for k in _children(proc.pid) if _is_node(k)]
                     if kids:
@@ -302,7 +309,8 @@ def run_crawl(
                 elif (nst := _stat(node_pid)) is not None:
                     node_cpu = nst[1]
                 if at_first is None and web.log.exists() and web.log.stat().st_size > 0:
-                    at_first = worker_cpu + node_cpu  # startup and seeding: spent before the first request
+                    # startup and seeding: spent before the first request
+                    at_first = worker_cpu + sum(children_cpu.values()) + node_cpu
                 time.sleep(0.1)
         finally:
             if proc.poll() is None:
@@ -319,9 +327,18 @@ def run_crawl(
     wall = time.monotonic() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    worker_cpu += sum(children_cpu.values())
     return CrawlRun(
         proc.returncode, wall, cpu, worker_cpu, node_cpu, at_first or 0.0, node_pid, stdout_path.read_text()
     )
+
+
+def _is_worker(pid: int) -> bool:
+    """Whether `pid` runs `hostring worker` (a child of `hostring crawl --workers N`)."""
+    try:
+        return b"\0worker\0" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
 
 
 def _is_node(pid: int) -> bool:
@@ -433,6 +450,7 @@ class Workload:
     turnaround: NavWebSpec
     profile: NavWebSpec | None
     timeout_s: float
+    workers: int = 1  # hostring crawl --workers N
 
 
 FULL = Workload(
@@ -462,8 +480,9 @@ def run(w: Workload, keep: Path | None = None) -> dict[str, Any]:
         "politeness": {**asdict(w.polite), "delay_s": w.polite_delay, "concurrency_per_origin": 1},
         "turnaround": {**asdict(w.turnaround), "delay_s": 0.0, "concurrency_per_origin": 1},
         "profile": ({**asdict(w.profile), "delay_s": 0.0} if w.profile else None),
-        "crawl": "python -m hostring_cli crawl (node child on SQLite + in-process worker), all roots as seeds, "
-        "--scope FILE of every origin host, --allow-network 127.0.0.0/8, --no-progress",
+        "crawl": "python -m hostring_cli crawl (node child on SQLite + in-process worker"
+        + (f", --workers {w.workers}: {w.workers - 1} more worker processes" if w.workers > 1 else "")
+        + "), all roots as seeds, --scope FILE of every origin host, --allow-network 127.0.0.0/8, --no-progress",
         "web": "hostring_testing.LocalWeb in its own process (python -m bench.crawl --serve), one 127.0.0.x "
         "address per origin",
     }
@@ -472,7 +491,7 @@ def run(w: Workload, keep: Path | None = None) -> dict[str, Any]:
     try:
         # 1. throughput
         with WebProcess(w.throughput, tmp / "throughput-web.jsonl") as web:
-            r = run_crawl(web, tmp, "throughput", delay=0.0, timeout=w.timeout_s)
+            r = run_crawl(web, tmp, "throughput", delay=0.0, timeout=w.timeout_s, workers=w.workers)
             time.sleep(0.2)
             hits = web.hits()
         if r.returncode != 0:
@@ -482,7 +501,7 @@ def run(w: Workload, keep: Path | None = None) -> dict[str, Any]:
 
         # 2. politeness-bound
         with WebProcess(w.polite, tmp / "polite-web.jsonl") as web:
-            r = run_crawl(web, tmp, "polite", delay=w.polite_delay, timeout=w.timeout_s)
+            r = run_crawl(web, tmp, "polite", delay=w.polite_delay, timeout=w.timeout_s, workers=w.workers)
             time.sleep(0.2)
             hits = web.hits()
         if r.returncode != 0:
@@ -493,14 +512,15 @@ def run(w: Workload, keep: Path | None = None) -> dict[str, Any]:
         figures["politeness"] = polite
 
         # 3. turnaround: the issue's workload at --delay 0
-        figures["turnaround"] = run_turnaround(w.turnaround, tmp, w.timeout_s)
+        figures["turnaround"] = run_turnaround(w.turnaround, tmp, w.timeout_s, workers=w.workers)
 
         # 4. profile
         if w.profile is not None:
             have_spy = shutil.which("py-spy") is not None
             base = tmp / "profile"
             with WebProcess(w.profile, tmp / "profile-web.jsonl") as web:
-                r = run_crawl(web, tmp, "profile", delay=0.0, timeout=w.timeout_s, profile=base if have_spy else None)
+                spy = base if have_spy else None
+                r = run_crawl(web, tmp, "profile", delay=0.0, timeout=w.timeout_s, profile=spy, workers=w.workers)
                 time.sleep(0.2)
                 hits = web.hits()
             prof = crawl_figures(r, hits, oracle_for(w.profile.model()))
@@ -526,12 +546,14 @@ def run(w: Workload, keep: Path | None = None) -> dict[str, Any]:
     return figures
 
 
-def run_turnaround(spec: NavWebSpec, tmp: Path, timeout: float, profile: Path | None = None) -> dict[str, Any]:
+def run_turnaround(
+    spec: NavWebSpec, tmp: Path, timeout: float, profile: Path | None = None, workers: int = 1
+) -> dict[str, Any]:
     """Run 3: the issue's link-heavy web at --delay 0, one request in flight per origin, every other politeness flag
     at its default; makespan against the bound. With `profile`, py-spy samples the node and the worker there."""
     name = "turnaround"
     with WebProcess(spec, tmp / f"{name}-web.jsonl") as web:
-        r = run_crawl(web, tmp, name, delay=0.0, timeout=timeout, profile=profile)
+        r = run_crawl(web, tmp, name, delay=0.0, timeout=timeout, profile=profile, workers=workers)
         time.sleep(0.2)
         hits = web.hits()
     if r.returncode != 0:
@@ -546,7 +568,8 @@ def turnaround_lines(tr: dict[str, Any], tw: dict[str, Any]) -> list[str]:
     return [
         f"3. turnaround (issue 10): {tw['origins']} origins x {tw['pages_per_origin']} pages, every page repeating "
         f"the same {tw['nav']} nav links + {tw['content']} content links, server think time "
-        f"{tw['service_s'] * 1000:.0f} ms a response, --delay 0, 1 request in flight per origin, default flags",
+        f"{tw['service_s'] * 1000:.0f} ms a response, --delay 0, 1 request in flight per origin, default flags"
+        + (f", --workers {tw['workers']}" if tw.get("workers", 1) > 1 else ""),
         f"   makespan {tr['makespan_s']:.2f} s, politeness bound {tr['politeness_bound_s']:.2f} s: "
         f"makespan/bound {tr['makespan_over_bound']:.2f} (issue target: <= 2x)",
         f"   CPU {tr['cpu_ms_per_page']:.2f} ms/page by rusage incl. startup and report over {tr['pages']} pages "
@@ -641,7 +664,8 @@ def _turnaround_only(w: Workload, keep: Path | None, *, as_json: bool, profile: 
         for n in range(rounds):
             round_dir = Path(tmpdir) / f"round-{n + 1}"
             round_dir.mkdir()
-            tr = run_turnaround(w.turnaround, round_dir, w.timeout_s, profile=base if spied and n == 0 else None)
+            spy = base if spied and n == 0 else None
+            tr = run_turnaround(w.turnaround, round_dir, w.timeout_s, profile=spy, workers=w.workers)
             for role in ("node", "worker") if spied and n == 0 else ():
                 path = base.with_name(base.name + f"-{role}.txt")
                 if path.exists():
@@ -652,7 +676,7 @@ def _turnaround_only(w: Workload, keep: Path | None, *, as_json: bool, profile: 
             shutil.rmtree(tmpdir, ignore_errors=True)
     median = sorted(runs, key=lambda r: r["makespan_over_bound"])[(len(runs) - 1) // 2]
     summary = [_round_summary(r) for r in runs]
-    tw = {**asdict(w.turnaround), "delay_s": 0.0, "concurrency_per_origin": 1, "rounds": rounds}
+    tw = {**asdict(w.turnaround), "delay_s": 0.0, "concurrency_per_origin": 1, "rounds": rounds, "workers": w.workers}
     if as_json:
         figures = {"machine": m, "workload": tw, "turnaround": median, "rounds": summary}
         print(json.dumps(figures, indent=2, default=str))
@@ -733,6 +757,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="with --turnaround-only: run it N times and report the median round (default: 1)",
     )
     parser.add_argument("--origins", type=int, default=None, help="origins of the throughput web")
+    parser.add_argument(
+        "--workers",
+        type=_positive,
+        default=1,
+        metavar="N",
+        help="crawl with `hostring crawl --workers N` (worker processes; default: 1)",
+    )
     parser.add_argument("--serve", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--serve-log", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -743,6 +774,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         w = Workload(**{**w.__dict__, "profile": None})
     if args.origins:
         w = Workload(**{**w.__dict__, "throughput": RandomWebSpec(origins=args.origins)})
+    if args.workers > 1:
+        w = Workload(**{**w.__dict__, "workers": args.workers})
     if args.keep:
         args.keep.mkdir(parents=True, exist_ok=True)
     if args.turnaround_only:

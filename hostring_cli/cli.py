@@ -321,8 +321,12 @@ def _crawl_options(
         NetworkPolicy(args.allow_network)
     except ValueError as e:
         raise UsageError(f"--allow-network: {e}") from e
-    if args.metrics_port is not None and args.metrics_port >= 65535:
-        raise UsageError(f"--metrics-port {args.metrics_port}: the node serves on the next port, so at most 65534")
+    if args.metrics_port is not None and args.metrics_port + args.workers > 65535:
+        last = 65535 - args.workers
+        raise UsageError(
+            f"--metrics-port {args.metrics_port}: the node serves on the next port and each further worker on the "
+            f"ones after it, so at most {last} with --workers {args.workers}"
+        )
     reconsider = []
     if args.resume:
         if sorted(args.allow_network) != sorted(stored.get("allow_network", [])):
@@ -348,6 +352,7 @@ def _crawl_options(
         user_agent=args.user_agent,
         resume=args.resume,
         fetchers=args.fetchers,
+        workers=args.workers,
         lease_s=args.lease_s,
         progress=not args.no_progress,
         total_timeout_s=args.fetch_timeout,
@@ -516,13 +521,23 @@ def build_parser() -> Parser:
     crawl.add_argument("--out", default="hostring-out", metavar="DIR", help="store, settings, WARC files and report")
     crawl.add_argument("--resume", action="store_true", help="continue the crawl in --out, with its stored settings")
     crawl.add_argument("--fetchers", type=positive_int, default=64, metavar="N", help="fetches in flight across hosts")
+    crawl.add_argument(
+        "--workers",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="fetch worker processes: this one and N-1 children, each with --fetchers fetches in flight; more "
+        "spread the fetching, parsing and archiving of a crawl of many hosts over more cores (politeness is the "
+        "node's: one request in flight per host, whichever worker holds it)",
+    )
     crawl.add_argument("--no-progress", action="store_true", help="no live progress line")
     crawl.add_argument(
         "--metrics-port",
         type=port,
         default=None,
         metavar="PORT",
-        help="serve the worker's Prometheus /metrics on PORT and the node's on PORT+1 (loopback)",
+        help="serve the worker's Prometheus /metrics on PORT, the node's on PORT+1 and further workers' on PORT+2, "
+        "... (loopback)",
     )
     crawl.add_argument(
         "--fetch-timeout",

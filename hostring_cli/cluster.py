@@ -16,7 +16,7 @@ import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import grpc
@@ -39,6 +39,12 @@ from hostring_cli.args import (
     positive_int,
 )
 from hostring_cli.errors import DependencyError, redis_errors, redis_failure, rpc_failure
+from hostring_cli.parent import exit_with_parent
+from hostring_cli.workers import COUNTS_EVERY_S, worker_counts, write_counts
+
+if TYPE_CHECKING:
+    from fetch_worker.metrics import WorkerMetrics
+    from fetch_worker.worker import Worker
 
 log = logging.getLogger("hostring.cli")
 
@@ -141,6 +147,8 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
+    if args.exit_with_parent is not None:
+        exit_with_parent(args.exit_with_parent)
     from fetch_worker.fetch import Fetcher, FetchLimits
     from fetch_worker.metrics import WorkerMetrics
     from fetch_worker.netpolicy import NetworkPolicy
@@ -170,11 +178,16 @@ def cmd_worker(args: argparse.Namespace) -> int:
             router, source = watcher, f"ring epoch {watcher.ring.epoch}"
         if not args.out:
             log.warning("no --out: fetched pages are not kept (no WARC files); give --out DIR to keep them")
-        limits = FetchLimits(total_timeout_s=args.fetch_timeout)
+        limits = FetchLimits(
+            total_timeout_s=args.fetch_timeout,
+            max_bytes=args.max_response_bytes,
+            max_decoded_bytes=max(args.max_response_bytes * 2, 20 * 2**20),
+        )
         fetcher = Fetcher(policy, args.user_agent, limits, max_connections=args.fetchers)
         warc = WarcWriter(Path(args.out), prefix=f"hostring-{args.id or 'worker'}") if args.out else None
         token = args.user_agent.split("/")[0].split()[0]
-        metrics = WorkerMetrics() if args.metrics_port is not None else None
+        counts_file = Path(args.counts_file) if args.counts_file else None
+        metrics = WorkerMetrics() if args.metrics_port is not None or counts_file is not None else None
         worker = Worker(
             router,
             fetcher,
@@ -187,7 +200,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         )
         logs.bind(role="worker", worker=worker.worker_id)
         announce = ""
-        if metrics is not None:
+        if metrics is not None and args.metrics_port is not None:
             bound = serve_metrics(args.metrics_port, metrics.registry, f"{args.metrics_listen}:0")
             announce = f", metrics on port {bound}"
         stop, force = asyncio.Event(), asyncio.Event()
@@ -195,9 +208,13 @@ def cmd_worker(args: argparse.Namespace) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, lambda: force.set() if stop.is_set() else stop.set())
         print(f"hostring worker {worker.worker_id} leasing from {source}{announce}", flush=True)
+        counting = asyncio.create_task(_keep_counts(counts_file, worker, metrics)) if counts_file else None
         try:
             await worker.run(stop, until_drained=args.until_drained, grace_s=args.grace, force=force)
         finally:
+            if counts_file is not None and counting is not None:
+                counting.cancel()
+                write_counts(counts_file, worker_counts(worker, metrics))
             await worker.close()
             if watcher is not None:
                 await watcher.close()
@@ -210,6 +227,13 @@ def cmd_worker(args: argparse.Namespace) -> int:
         print(f"hostring worker: {e}", file=sys.stderr)
         return 3
     return 0
+
+
+async def _keep_counts(path: Path, worker: Worker, metrics: WorkerMetrics | None) -> None:
+    """Rewrite `path` with the worker's counts every COUNTS_EVERY_S (hostring_cli/workers.py reads them)."""
+    while True:
+        write_counts(path, worker_counts(worker, metrics))
+        await asyncio.sleep(COUNTS_EVERY_S)
 
 
 # ---------------------------------------------------------------------------------------------- status and seed
@@ -582,6 +606,13 @@ def add_cluster_commands(sub: argparse._SubParsersAction[Parser], user_agent: st
         "--fetch-timeout", type=positive_float, default=60.0, metavar="S", help="total time one fetch may take"
     )
     w.add_argument(
+        "--max-response-bytes",
+        type=positive_int,
+        default=10 * 2**20,
+        metavar="N",
+        help="largest body read, on the wire",
+    )
+    w.add_argument(
         "--grace",
         type=non_negative_float,
         default=10.0,
@@ -602,6 +633,20 @@ def add_cluster_commands(sub: argparse._SubParsersAction[Parser], user_agent: st
         default="127.0.0.1",
         metavar="HOST",
         help="the interface /metrics is served on; 0.0.0.0 for a Prometheus on another machine or pod",
+    )
+    w.add_argument(
+        "--counts-file",
+        default=None,
+        metavar="PATH",
+        help="rewrite PATH every second and at the end with this worker's counts as JSON (fetched, errors, "
+        "requests, bytes), as `hostring crawl --workers N` reads its children's",
+    )
+    w.add_argument(
+        "--exit-with-parent",
+        type=int,
+        default=None,
+        metavar="PID",
+        help="end when process PID, this worker's parent, ends (as `hostring crawl --workers N` starts its workers)",
     )
     add_tls_flags(w, server=False)
     w.set_defaults(func=cmd_worker)

@@ -44,11 +44,14 @@ from hostring_cli.progress import Progress
 from hostring_cli.revisit import revisit_node_args, revisit_settings
 from hostring_cli.settings import run_record, toml_value
 from hostring_cli.summary import Finish, summarize
+from hostring_cli.workers import Counts, WorkerProcesses, WorkerSettings, worker_counts
 
 __all__ = ["STORE_NAME", "CrawlError", "CrawlOptions", "read_seeds", "run_crawl", "summarize"]
 
 _PORT_LINE = re.compile(r"listening on port (\d+)")
 _UNFINISHED = ("scheduled", "retryable", "leased")
+_CHILDREN_DRAIN_S = 30.0
+"""How long a drained crawl waits for its worker children to see it and end before stopping them."""
 
 
 class CrawlError(UsageError):
@@ -72,6 +75,7 @@ class CrawlOptions:
     user_agent: str = ""
     resume: bool = False
     fetchers: int = 64
+    workers: int = 1  # fetch worker processes: this one and workers - 1 children (hostring_cli/workers.py)
     lease_s: float = 120.0
     progress: bool = True
     total_timeout_s: float = 60.0
@@ -211,8 +215,14 @@ class Run:
         self.next_ready_s = -1.0
         self.t0 = time.monotonic()
         self.worker: Worker | None = None
+        self.workers: WorkerProcesses | None = None  # the further worker processes (--workers N)
         self.node: subprocess.Popen[str] | None = None
         self.failed = ""
+
+    def counts(self, worker: Worker, metrics: WorkerMetrics) -> Counts:
+        """What every worker of the crawl did: this process's and its children's."""
+        own = worker_counts(worker, metrics)
+        return own + self.workers.counts() if self.workers is not None else own
 
     def end(self, reason: str) -> None:
         """End the run for `reason` (drained, budget, duration, stopped, idle); the first reason stays."""
@@ -223,6 +233,8 @@ class Run:
     def on_signal(self) -> None:
         """Ctrl-C or SIGTERM: the first lets fetches in flight finish, the second hands them back now."""
         self.signals += 1
+        if self.workers is not None and self.signals <= 2:
+            self.workers.stop()  # the same to each child: finish what is in flight, then hand back at once
         in_flight = self.worker.stats.in_flight if self.worker is not None else 0
         if self.signals == 1:
             self.end("stopped")
@@ -261,17 +273,24 @@ async def _crawl(opts: CrawlOptions, address: str, run: Run) -> tuple[dict[str, 
                 f"resume: {done.rescheduled} URL(s) refused by {', '.join(opts.reconsider)} scheduled again "
                 "under this run's wider settings"
             )
+        if run.workers is not None:  # after the hand-back above, which would take their first leases too
+            run.workers.start()
         if opts.seeds:
             links = [pb.Link(observed=s, seed=True) for s in opts.seeds]
             await stub.Discover(pb.DiscoverRequest(links=links), timeout=30)
         worker, metrics = _worker(opts, address)
         run.worker = worker
-        watcher = asyncio.create_task(_watch(stub, worker, run))
+        watcher = asyncio.create_task(_watch(stub, worker, metrics, run))
         try:
             await worker.run(run.stop, until_drained=True, grace_s=opts.grace_s, force=run.force)
         finally:
+            drained = not run.stop.is_set()
             run.stop.set()
             await watcher
+            if run.workers is not None:  # drained: each child sees it too and ends; else they are stopped
+                if run.failed:
+                    run.workers.kill()
+                await run.workers.close(_CHILDREN_DRAIN_S if drained else 0.0)
             run.progress.close()
             await worker.close()
         if run.failed:
@@ -314,7 +333,23 @@ def _worker(opts: CrawlOptions, address: str) -> tuple[Worker, WorkerMetrics]:
     return worker, metrics
 
 
-async def _watch(stub: pb_grpc.FrontierStub, worker: Worker, run: Run) -> None:
+def _worker_settings(opts: CrawlOptions, address: str) -> WorkerSettings:
+    """What the crawl's worker children run with: the crawl's own fetch settings."""
+    return WorkerSettings(
+        address=address,
+        warc_dir=opts.out / "warc",
+        allow_network=tuple(opts.allow_network),
+        user_agent=opts.user_agent,
+        fetchers=opts.fetchers,
+        fetch_timeout_s=opts.total_timeout_s,
+        max_bytes=opts.max_bytes,
+        grace_s=opts.grace_s,
+        log_format=opts.log_format,
+        metrics_port=opts.metrics_port + 2 if opts.metrics_port is not None else None,
+    )
+
+
+async def _watch(stub: pb_grpc.FrontierStub, worker: Worker, metrics: WorkerMetrics, run: Run) -> None:
     """Draw the live line twice a second, and end the run when the only work left waits too long (idle)."""
     idle_polls = 0
     threshold = max(run.opts.idle_exit_s, 2 * run.opts.delay)
@@ -326,9 +361,16 @@ async def _watch(stub: pb_grpc.FrontierStub, worker: Worker, run: Run) -> None:
             run.end("error")
             run.force.set()  # no node to finish anything with
             return
+        if run.workers is not None:
+            for i, code in run.workers.ended_early():
+                run.progress.note(
+                    f"worker {i} of {run.opts.workers} ended (exit code {code}; see {run.opts.out / 'workers.log'}); "
+                    "what it had in flight goes back to the queue when its leases end"
+                )
         with contextlib.suppress(grpc.aio.AioRpcError):
             stats: pb.StatsResponse = await stub.Stats(pb.StatsRequest(), timeout=5)
-            run.progress.update(stats, worker.stats.fetched, sum(worker.stats.errors.values()))
+            done = run.counts(worker, metrics)
+            run.progress.update(stats, done.fetched, done.errors)
             left = sum(stats.urls_by_state.get(s, 0) for s in _UNFINISHED)
             blocked = stats.in_flight == 0 and worker.stats.in_flight == 0 and left > 0
             if idle_exit and blocked and (stats.next_ready_s < 0 or stats.next_ready_s > threshold):
@@ -382,6 +424,9 @@ def _run(opts: CrawlOptions, crawl_dir: CrawlDir, made: Made, out: TextIO) -> in
     progress = Progress(sys.stderr, opts.progress)
     run = Run(opts, progress)
     run.node = node
+    workers_log = open(crawl_dir.workers_log, "a", encoding="utf-8") if opts.workers > 1 else None  # noqa: SIM115
+    if workers_log is not None:
+        run.workers = WorkerProcesses(_worker_settings(opts, address), opts.workers - 1, crawl_dir.workers, workers_log)
     loop = asyncio.new_event_loop()
     try:
         report, worker, metrics = loop.run_until_complete(_crawl(opts, address, run))
@@ -389,11 +434,14 @@ def _run(opts: CrawlOptions, crawl_dir: CrawlDir, made: Made, out: TextIO) -> in
         loop.close()
         stop_node(node)
         log.close()
+        if workers_log is not None:
+            workers_log.close()
+    done = run.counts(worker, metrics)
     finish = Finish(
         reason=run.reason,
         elapsed_s=time.monotonic() - run.t0,
-        requests=metrics.requests,
-        bytes=worker.stats.bytes,
+        requests=done.requests,
+        bytes=done.bytes,
         idle_exit_s=opts.idle_exit_s,
         out=str(opts.out),
     )
@@ -479,6 +527,7 @@ def settings_of(opts: CrawlOptions) -> dict[str, Any]:
         "max-pages-per-host": opts.max_pages_per_host,
         "user-agent": opts.user_agent or None,
         "fetchers": opts.fetchers,
+        "workers": opts.workers,
         "lease-s": opts.lease_s,
         "fetch-timeout": opts.total_timeout_s,
         "max-response-bytes": opts.max_bytes,

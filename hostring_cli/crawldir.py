@@ -2,7 +2,8 @@
 start that failed, so that a rerun is never blocked by a half-made directory.
 
 OUT holds the node's store (frontier.sqlite3), the crawl's settings (crawl.toml: readable, and a --config file),
-the node's log (node.log), WARC files (warc/) and the report (report.json).
+the node's log (node.log), WARC files (warc/) and the report (report.json); with --workers N, the further workers'
+log (workers.log) and the counts they report (workers/).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from hostring_cli.args import UsageError
 STORE_NAME = "frontier.sqlite3"
 SETTINGS_NAME = "crawl.toml"
 NODE_LOG = "node.log"
+WORKERS_LOG = "workers.log"
+WORKERS_DIR = "workers"
 WARC_DIR = "warc"
 REPORT_NAME = "report.json"
 LOCK_NAME = ".lock"
@@ -43,6 +46,14 @@ class CrawlDir:
     @property
     def node_log(self) -> Path:
         return self.path / NODE_LOG
+
+    @property
+    def workers_log(self) -> Path:
+        return self.path / WORKERS_LOG
+
+    @property
+    def workers(self) -> Path:
+        return self.path / WORKERS_DIR
 
     @property
     def warc(self) -> Path:
