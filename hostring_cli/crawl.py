@@ -40,6 +40,7 @@ from hostring.v1 import frontier_pb2_grpc as pb_grpc
 from hostring_cli.args import EXIT_NOTHING_FETCHED, EXIT_OK, EXIT_STOPPED, UsageError
 from hostring_cli.crawldir import STORE_NAME, CrawlDir, Made
 from hostring_cli.errors import DependencyError
+from hostring_cli.parent import hostring_command
 from hostring_cli.progress import Progress
 from hostring_cli.revisit import revisit_node_args, revisit_settings
 from hostring_cli.settings import run_record, toml_value
@@ -120,13 +121,7 @@ def node_command(opts: CrawlOptions) -> list[str]:
     """`hostring node` on the crawl's store and a free loopback port, with the crawl's politeness."""
     scope = ["--scope", opts.scope] if opts.scope_file is None else ["--scope", str(opts.scope_file.resolve())]
     return [
-        sys.executable,
-        "-m",
-        "hostring_cli",
-        "--log-level",
-        "WARNING",
-        "--log-format",
-        opts.log_format,
+        *hostring_command(opts.log_format),
         "node",
         "--store",
         f"sqlite:///{(opts.out / STORE_NAME).resolve()}",
@@ -273,8 +268,6 @@ async def _crawl(opts: CrawlOptions, address: str, run: Run) -> tuple[dict[str, 
                 f"resume: {done.rescheduled} URL(s) refused by {', '.join(opts.reconsider)} scheduled again "
                 "under this run's wider settings"
             )
-        if run.workers is not None:  # after the hand-back above, which would take their first leases too
-            run.workers.start()
         if opts.seeds:
             links = [pb.Link(observed=s, seed=True) for s in opts.seeds]
             await stub.Discover(pb.DiscoverRequest(links=links), timeout=30)
@@ -282,6 +275,8 @@ async def _crawl(opts: CrawlOptions, address: str, run: Run) -> tuple[dict[str, 
         run.worker = worker
         watcher = asyncio.create_task(_watch(stub, worker, metrics, run))
         try:
+            if run.workers is not None:  # after the hand-back above, which would take their first leases too
+                run.workers.start()
             await worker.run(run.stop, until_drained=True, grace_s=opts.grace_s, force=run.force)
         finally:
             drained = not run.stop.is_set()

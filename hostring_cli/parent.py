@@ -11,6 +11,7 @@ import contextlib
 import ctypes
 import os
 import signal
+import sys
 
 _PR_SET_PDEATHSIG = 1
 
@@ -21,3 +22,9 @@ def exit_with_parent(parent_pid: int) -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent_pid:
         os._exit(1)
+
+
+def hostring_command(log_format: str) -> list[str]:
+    """The start of a `hostring` child's command line: this Python, quiet (warnings and errors only), logging in
+    the parent's format."""
+    return [sys.executable, "-m", "hostring_cli", "--log-level", "WARNING", "--log-format", log_format]

@@ -17,11 +17,12 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
+
+from hostring_cli.parent import hostring_command
 
 if TYPE_CHECKING:
     from fetch_worker.metrics import WorkerMetrics
@@ -91,13 +92,7 @@ class WorkerSettings:
 def worker_command(s: WorkerSettings, index: int, counts: Path) -> list[str]:
     """`hostring worker` for the crawl's child number `index` (1, 2, ...): its own id, WARC prefix and counts."""
     return [
-        sys.executable,
-        "-m",
-        "hostring_cli",
-        "--log-level",
-        "WARNING",
-        "--log-format",
-        s.log_format,
+        *hostring_command(s.log_format),
         "worker",
         "--node",
         s.address,

@@ -75,6 +75,17 @@ def _web(seed: int, origins: int, page_s: float) -> tuple[WebModel, dict[str, Si
     return model, sites, oracle
 
 
+def _three_workers(web: CountingWeb, model: WebModel, oracle: Oracle, out: Path, *extra: str) -> list[str]:
+    """`hostring crawl --workers 3` of the web's seeds, in scope of its origins, deep enough for the model."""
+    return crawl_cmd(
+        oracle.seed_urls(web),
+        out,
+        delay=0.05,
+        scope=scope_file(web, out.parent / "scope.txt"),
+        extra=["--workers", "3", "--max-depth", str(needed_depth(model) + 4), *extra],
+    )
+
+
 def test_workers_share_a_crawl_politely_and_the_summary_counts_them_all(tmp_path: Path) -> None:
     """Three workers on twelve origins: every reachable allowed page fetched once, nothing robots forbids, one
     request at a time per origin with the delay between; the children fetched too (their own WARC files), the
@@ -116,13 +127,7 @@ def test_a_stop_reaches_the_workers_and_the_resumed_crawl_fetches_nothing_twice(
     model, sites, oracle = _web(11, origins=6, page_s=0.15)
     out = tmp_path / "crawl"
     with CountingWeb(sites) as web:
-        cmd = crawl_cmd(
-            oracle.seed_urls(web),
-            out,
-            delay=0.05,
-            scope=scope_file(web, tmp_path / "scope.txt"),
-            extra=["--workers", "3", "--max-depth", str(needed_depth(model) + 4)],
-        )
+        cmd = _three_workers(web, model, oracle, out)
         first = CrawlProcess(cmd, out, tmp_path, "first").start()
         try:
             wait_until(lambda: len(children_of(first.pid)) == 2 or not first.running, 30, "the worker children")
@@ -154,13 +159,7 @@ def test_a_killed_worker_child_loses_nothing(tmp_path: Path) -> None:
     model, sites, oracle = _web(13, origins=6, page_s=0.3)
     out = tmp_path / "crawl"
     with CountingWeb(sites) as web:
-        cmd = crawl_cmd(
-            oracle.seed_urls(web),
-            out,
-            delay=0.05,
-            scope=scope_file(web, tmp_path / "scope.txt"),
-            extra=["--workers", "3", "--lease-s", "3", "--max-depth", str(needed_depth(model) + 4)],
-        )
+        cmd = _three_workers(web, model, oracle, out, "--lease-s", "3")
         crawl = CrawlProcess(cmd, out, tmp_path, "crawl").start()
         try:
             counts = out / "workers" / "worker-1.json"
