@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from hostring.urls import identify
+from hostring.urls import ROBOTS_PREFIX, identify
 from hostring_testing.identity import canonical_target
 from hostring_testing.pages import Key
 from hostring_testing.proc import PORT_LINE, REPO, GroupProcess, hostring_cmd
@@ -180,6 +180,27 @@ def journal(out: Path, *, event: str | None = None, key: str | None = None) -> l
         return [dict(r) for r in con.execute(sql + " ORDER BY seq", args)]
     finally:
         con.close()
+
+
+def held_by(out: Path, worker_id: str) -> dict[str, float]:
+    """Keys the node's journal shows leased to `worker_id` and not settled since, with when each was granted."""
+    holder: dict[str, tuple[str, float]] = {}
+    for row in journal(out):
+        if row["event"] == "lease":
+            holder[row["key"]] = (row["reason"], row["at"])
+        elif row["event"] in ("complete", "retry", "fail", "expire", "redirect", "reschedule", "release"):
+            holder.pop(row["key"], None)
+    return {key: at for key, (who, at) in holder.items() if who == worker_id}
+
+
+def fresh_page_lease(out: Path, worker_id: str) -> bool:
+    """Whether `worker_id` holds a page lease granted in the last 0.15 s, counted from after the journal was
+    read (a slow read must not age the lease unseen). On a test page that takes 0.5 s to answer, such a lease
+    cannot be completed in the moment before a kill; a lease seen at any age might be (its completion on the
+    wire, or not yet in the journal)."""
+    held = held_by(out, worker_id)
+    since = time.time() - 0.15
+    return any(at >= since for key, at in held.items() if not key.startswith(ROBOTS_PREFIX))
 
 
 def key_of(web: LocalWeb, url: str) -> Key:

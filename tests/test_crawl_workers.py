@@ -12,6 +12,7 @@ import json
 import os
 import re
 import signal
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,7 @@ from hostring_testing.crawls import (
     CrawlProcess,
     by_state,
     crawl_cmd,
+    fresh_page_lease,
     journal,
     key_of,
     load_report,
@@ -156,17 +158,17 @@ def test_a_killed_worker_child_loses_nothing(tmp_path: Path) -> None:
     """SIGKILL one worker child midway: the crawl says so and goes on; the child's leases run out (--lease-s 3)
     and other workers fetch what it held; every page ends fetched, and only pages whose lease the journal
     records as expired were fetched twice."""
-    model, sites, oracle = _web(13, origins=6, page_s=0.3)
+    model, sites, oracle = _web(13, origins=6, page_s=0.5)
     out = tmp_path / "crawl"
     with CountingWeb(sites) as web:
         cmd = _three_workers(web, model, oracle, out, "--lease-s", "3")
         crawl = CrawlProcess(cmd, out, tmp_path, "crawl").start()
         try:
-            counts = out / "workers" / "worker-1.json"
+            victim_id = f"crawl-{crawl.pid}-1"
             wait_until(
-                lambda: not crawl.running or (counts.exists() and json.loads(counts.read_text())["fetched"] >= 2),
+                lambda: not crawl.running or _holds_fresh_lease(out, victim_id),
                 60,
-                "worker 1 to fetch",
+                "worker 1 to hold a fresh lease on a page",
             )
             assert crawl.running, crawl.output()
             victim = children_of(crawl.pid)[1]
@@ -195,6 +197,14 @@ def test_a_killed_worker_child_loses_nothing(tmp_path: Path) -> None:
         assert unexplained == [], f"fetched twice without an expired lease: {unexplained}"
         report = load_report(out)
         assert report["unresolved"]["count"] == 0, report["unresolved"]
+
+
+def _holds_fresh_lease(out: Path, worker_id: str) -> bool:
+    """fresh_page_lease, and False while the crawl's store is not there yet."""
+    try:
+        return fresh_page_lease(out, worker_id)
+    except sqlite3.Error:
+        return False
 
 
 def _alive(pid: int) -> bool:

@@ -36,7 +36,7 @@ import grpc
 import pytest
 
 from hostring.scrapy.session import StaticRing
-from hostring.urls import ROBOTS_PREFIX, identify
+from hostring.urls import identify
 from hostring.v1 import frontier_pb2 as pb
 from hostring.v1 import frontier_pb2_grpc as pb_grpc
 from hostring_testing import (
@@ -58,6 +58,7 @@ from hostring_testing.crawls import (
     TOKEN,
     UA,
     CrawlProcess,
+    fresh_page_lease,
     gaps,
     journal,
     key_of,
@@ -510,27 +511,6 @@ FORMER_MIDDLEWARES = {
     "DOWNLOADER_MIDDLEWARES": {"hostring.scrapy.DownloaderMiddleware": 585},
     "SPIDER_MIDDLEWARES": {"hostring.scrapy.SpiderMiddleware": 5},
 }
-
-
-def held_by(tmp: Path, worker_id: str) -> dict[str, float]:
-    """Keys the node's journal shows leased to `worker_id` and not settled since, with when each was granted."""
-    holder: dict[str, tuple[str, float]] = {}
-    for row in journal(tmp):
-        if row["event"] == "lease":
-            holder[row["key"]] = (row["reason"], row["at"])
-        elif row["event"] in ("complete", "retry", "fail", "expire", "redirect", "reschedule", "release"):
-            holder.pop(row["key"], None)
-    return {key: at for key, (who, at) in holder.items() if who == worker_id}
-
-
-def fresh_page_lease(tmp: Path, worker_id: str) -> bool:
-    """Whether `worker_id` holds a page lease granted in the last 0.15 s, counted from after the journal was
-    read (a slow read must not age the lease unseen). A test page takes 0.5 s to answer, so that lease cannot be
-    completed in the moment before a kill; a lease seen at any age might be (its completion on the wire, or not
-    yet in the journal)."""
-    held = held_by(tmp, worker_id)
-    since = time.time() - 0.15
-    return any(at >= since for key, at in held.items() if not key.startswith(ROBOTS_PREFIX))
 
 
 # ---------------------------------------------------------------------------------------------- several nodes
