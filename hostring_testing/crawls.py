@@ -211,6 +211,24 @@ def key_of(web: LocalWeb, url: str) -> Key:
     return web.labels[origin], canonical_target(target)
 
 
+def unexplained_refetches(out: Path, web: LocalWeb, events: Sequence[str]) -> tuple[dict[Key, int], list[Any]]:
+    """How often the journal records each resource's lease as `events` (expire, release: what explains a second
+    fetch), by the server's identity; and the server's repeated fetches those do not explain, (label, resource,
+    times)."""
+    explained: dict[Key, int] = {}
+    for event in events:
+        for row in journal(out, event=event):
+            key = row["key"]
+            k = (
+                (web.labels[key.removeprefix(ROBOTS_PREFIX)], "/robots.txt")
+                if key.startswith(ROBOTS_PREFIX)
+                else key_of(web, key)
+            )
+            explained[k] = explained.get(k, 0) + 1
+    twice = web.duplicates(include_robots=True)
+    return explained, [(web.labels[o], r, n) for o, r, n in twice if n - 1 > explained.get((web.labels[o], r), 0)]
+
+
 def dispositions(report: dict[str, Any], web: LocalWeb) -> dict[Key, dict[str, Any]]:
     """Report rows (page items) keyed by the server's identity of their URL."""
     return {key_of(web, row["url"]): row for row in report["dispositions"]}

@@ -61,6 +61,7 @@ from hostring_testing.crawls import (
     politeness_violations,
     run_cli,
     scope_file,
+    unexplained_refetches,
     wait_until,
 )
 
@@ -716,21 +717,9 @@ def test_sigkill_midway_then_resume_finishes_without_unexplained_refetches(tmp_p
 
         # A lease the killed run held is handed back by the resumed run at once (release, reason worker_gone);
         # one that ran out first is an expiry. Either explains a second fetch.
-        expiries: dict[tuple[str, str], int] = {}
-        for row in journal(out, event="expire") + journal(out, event="release"):
-            key = (
-                (web.labels[row["key"].removeprefix("robots:")], "/robots.txt")
-                if row["key"].startswith("robots:")
-                else key_of(web, row["key"])
-            )
-            expiries[key] = expiries.get(key, 0) + 1
+        expiries, unexplained = unexplained_refetches(out, web, ("expire", "release"))
         assert expiries.get(("slow", "/report"), 0) >= 1, "the in-flight lease was not recorded as handed back"
         assert {r["reason"] for r in journal(out, event="release")} == {"worker_gone"}
-        unexplained = [
-            (web.labels[o], r, n)
-            for o, r, n in web.duplicates(include_robots=True)
-            if n - 1 > expiries.get((web.labels[o], r), 0)
-        ]
         assert unexplained == [], f"fetched twice without a recorded hand-back or expiry: {unexplained}"
 
         report = load_report(out)

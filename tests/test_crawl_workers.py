@@ -35,12 +35,12 @@ from hostring_testing.crawls import (
     crawl_cmd,
     fresh_page_lease,
     journal,
-    key_of,
     load_report,
     page_hits,
     politeness_violations,
     run_cli,
     scope_file,
+    unexplained_refetches,
     wait_until,
 )
 from tests.test_crawl_e2e import crawl_in_process
@@ -180,20 +180,8 @@ def test_a_killed_worker_child_loses_nothing(tmp_path: Path) -> None:
         assert "worker 1 of 3 ended" in crawl.stderr(), crawl.output()
         verdict = oracle.judge(web.fetched())
         assert verdict["missing"] == set() and verdict["forbidden"] == set() and verdict["unexpected"] == set()
-        expired: dict[tuple[str, str], int] = {}
-        for row in journal(out, event="expire"):
-            key = (
-                (web.labels[row["key"].removeprefix("robots:")], "/robots.txt")
-                if row["key"].startswith("robots:")
-                else key_of(web, row["key"])
-            )
-            expired[key] = expired.get(key, 0) + 1
+        expired, unexplained = unexplained_refetches(out, web, ("expire",))
         assert expired, "the killed worker held no lease: nothing was tested"
-        unexplained = [
-            (web.labels[o], r, n)
-            for o, r, n in web.duplicates(include_robots=True)
-            if n - 1 > expired.get((web.labels[o], r), 0)
-        ]
         assert unexplained == [], f"fetched twice without an expired lease: {unexplained}"
         report = load_report(out)
         assert report["unresolved"]["count"] == 0, report["unresolved"]
