@@ -328,6 +328,13 @@ def _worker(opts: CrawlOptions, address: str) -> tuple[Worker, WorkerMetrics]:
     return worker, metrics
 
 
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
 def _worker_settings(opts: CrawlOptions, address: str) -> WorkerSettings:
     """What the crawl's worker children run with: the crawl's own fetch settings."""
     return WorkerSettings(
@@ -358,8 +365,9 @@ async def _watch(stub: pb_grpc.FrontierStub, worker: Worker, metrics: WorkerMetr
             return
         if run.workers is not None:
             for i, code in run.workers.ended_early():
+                how = f"killed by {_signal_name(-code)}" if code < 0 else f"exit code {code}"
                 run.progress.note(
-                    f"worker {i} of {run.opts.workers} ended (exit code {code}; see {run.opts.out / 'workers.log'}); "
+                    f"worker {i} of {run.opts.workers} ended ({how}; see {run.opts.out / 'workers.log'}); "
                     "what it had in flight goes back to the queue when its leases end"
                 )
         with contextlib.suppress(grpc.aio.AioRpcError):

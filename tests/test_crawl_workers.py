@@ -177,7 +177,7 @@ def test_a_killed_worker_child_loses_nothing(tmp_path: Path) -> None:
         finally:
             crawl.kill()
         assert code == 0, crawl.output()
-        assert "worker 1 of 3 ended" in crawl.stderr(), crawl.output()
+        assert "worker 1 of 3 ended (killed by SIGKILL" in crawl.stderr(), crawl.output()
         verdict = oracle.judge(web.fetched())
         assert verdict["missing"] == set() and verdict["forbidden"] == set() and verdict["unexpected"] == set()
         expired, unexplained = unexplained_refetches(out, web, ("expire",))
