@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.node import machine, machine_line, profile_summary
+from hostring_cli.args import positive_int
 from hostring_testing import (
     LinkSpec,
     LocalWeb,
@@ -296,14 +297,15 @@ def run_crawl(
                 st = _stat(proc.pid)
                 if st is not None:
                     worker_cpu = st[1]
+                kids = _children(proc.pid) if workers > 1 or node_pid is None else []
                 if workers > 1:
-                    for kid in _children(proc.pid):
+                    for kid in kids:
                         if _is_worker(kid) and (kst := _stat(kid)) is not None:
                             children_cpu[kid] = kst[1]
                 if node_pid is None:
-                    kids = [k for k in _children(proc.pid) if _is_node(k)]
-                    if kids:
-                        node_pid = kids[0]
+                    nodes = [k for k in kids if _is_node(k)]
+                    if nodes:
+                        node_pid = nodes[0]
                         if profile is not None:
                             spies.append(_spy(node_pid, profile.with_name(profile.name + "-node.txt")))
                 elif (nst := _stat(node_pid)) is not None:
@@ -722,13 +724,6 @@ def profile_lines(prof: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _positive(text: str) -> int:
-    n = int(text)
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {n}")
-    return n
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.crawl", description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a report")
@@ -751,7 +746,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--rounds",
-        type=_positive,
+        type=positive_int,
         default=1,
         metavar="N",
         help="with --turnaround-only: run it N times and report the median round (default: 1)",
@@ -759,7 +754,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--origins", type=int, default=None, help="origins of the throughput web")
     parser.add_argument(
         "--workers",
-        type=_positive,
+        type=positive_int,
         default=1,
         metavar="N",
         help="crawl with `hostring crawl --workers N` (worker processes; default: 1)",
