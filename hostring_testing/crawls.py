@@ -35,7 +35,9 @@ __all__ = [
     "by_state",
     "crawl_cmd",
     "dispositions",
+    "fresh_page_lease",
     "gaps",
+    "held_by",
     "hostring_cmd",
     "is_robots",
     "journal",
@@ -49,6 +51,7 @@ __all__ = [
     "serve",
     "settled_at",
     "settled_by",
+    "unexplained_refetches",
     "wait_until",
 ]
 
