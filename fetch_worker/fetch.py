@@ -112,6 +112,16 @@ class FetchLimits:
 DEFAULT_LIMITS = FetchLimits()
 
 
+def body_limits(max_bytes: int, total_timeout_s: float) -> FetchLimits:
+    """The limits of an operator's body cap (`--max-response-bytes`): a decoded body may be twice the cap, and at
+    least the default, before it counts as a decompression bomb."""
+    return FetchLimits(
+        total_timeout_s=total_timeout_s,
+        max_bytes=max_bytes,
+        max_decoded_bytes=max(max_bytes * 2, DEFAULT_LIMITS.max_decoded_bytes),
+    )
+
+
 @dataclass(slots=True)
 class FetchResult:
     """What one fetch produced; enough for Complete, link extraction and a WARC record.

@@ -17,6 +17,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
+MAX_RESPONSE_BYTES = 10 * 2**20
+"""The default of --max-response-bytes (`hostring crawl` and `hostring worker`): the largest body read, on the
+wire."""
+
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2

@@ -19,6 +19,7 @@ from hostring.text import escape_tree
 from hostring_cli import errors
 from hostring_cli.args import (
     EXIT_CODES,
+    MAX_RESPONSE_BYTES,
     Parser,
     UsageError,
     cidr,
@@ -549,7 +550,7 @@ def build_parser() -> Parser:
     crawl.add_argument(
         "--max-response-bytes",
         type=positive_int,
-        default=10 * 2**20,
+        default=MAX_RESPONSE_BYTES,
         metavar="N",
         help="largest body read, on the wire",
     )

@@ -29,6 +29,7 @@ from hostring.v1 import coordinator_pb2_grpc as cpb_grpc
 from hostring.v1 import frontier_pb2 as pb
 from hostring.v1 import frontier_pb2_grpc as pb_grpc
 from hostring_cli.args import (
+    MAX_RESPONSE_BYTES,
     Parser,
     UsageError,
     cidr,
@@ -149,7 +150,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
 def cmd_worker(args: argparse.Namespace) -> int:
     if args.exit_with_parent is not None:
         exit_with_parent(args.exit_with_parent)
-    from fetch_worker.fetch import Fetcher, FetchLimits
+    from fetch_worker.fetch import Fetcher, body_limits
     from fetch_worker.metrics import WorkerMetrics
     from fetch_worker.netpolicy import NetworkPolicy
     from fetch_worker.warc import WarcWriter
@@ -178,11 +179,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
             router, source = watcher, f"ring epoch {watcher.ring.epoch}"
         if not args.out:
             log.warning("no --out: fetched pages are not kept (no WARC files); give --out DIR to keep them")
-        limits = FetchLimits(
-            total_timeout_s=args.fetch_timeout,
-            max_bytes=args.max_response_bytes,
-            max_decoded_bytes=max(args.max_response_bytes * 2, 20 * 2**20),
-        )
+        limits = body_limits(args.max_response_bytes, args.fetch_timeout)
         fetcher = Fetcher(policy, args.user_agent, limits, max_connections=args.fetchers)
         warc = WarcWriter(Path(args.out), prefix=f"hostring-{args.id or 'worker'}") if args.out else None
         token = args.user_agent.split("/")[0].split()[0]
@@ -608,7 +605,7 @@ def add_cluster_commands(sub: argparse._SubParsersAction[Parser], user_agent: st
     w.add_argument(
         "--max-response-bytes",
         type=positive_int,
-        default=10 * 2**20,
+        default=MAX_RESPONSE_BYTES,
         metavar="N",
         help="largest body read, on the wire",
     )

@@ -24,7 +24,7 @@ from typing import Any, TextIO
 
 import grpc
 
-from fetch_worker.fetch import Fetcher, FetchLimits
+from fetch_worker.fetch import Fetcher, body_limits
 from fetch_worker.metrics import WorkerMetrics
 from fetch_worker.netpolicy import NetworkPolicy
 from fetch_worker.warc import WarcWriter, finalize_open_files
@@ -37,7 +37,7 @@ from hostring.text import escape_tree
 from hostring.urls import UrlRejected, identify
 from hostring.v1 import frontier_pb2 as pb
 from hostring.v1 import frontier_pb2_grpc as pb_grpc
-from hostring_cli.args import EXIT_NOTHING_FETCHED, EXIT_OK, EXIT_STOPPED, UsageError
+from hostring_cli.args import EXIT_NOTHING_FETCHED, EXIT_OK, EXIT_STOPPED, MAX_RESPONSE_BYTES, UsageError
 from hostring_cli.crawldir import STORE_NAME, CrawlDir, Made
 from hostring_cli.errors import DependencyError
 from hostring_cli.parent import hostring_command
@@ -80,7 +80,7 @@ class CrawlOptions:
     lease_s: float = 120.0
     progress: bool = True
     total_timeout_s: float = 60.0
-    max_bytes: int = 10 * 2**20
+    max_bytes: int = MAX_RESPONSE_BYTES
     metrics_port: int | None = None
     log_format: str = "text"
     node_args: list[str] = field(default_factory=list)
@@ -305,11 +305,7 @@ async def _crawl(opts: CrawlOptions, address: str, run: Run) -> tuple[dict[str, 
 
 
 def _worker(opts: CrawlOptions, address: str) -> tuple[Worker, WorkerMetrics]:
-    limits = FetchLimits(
-        total_timeout_s=opts.total_timeout_s,
-        max_bytes=opts.max_bytes,
-        max_decoded_bytes=max(opts.max_bytes * 2, 20 * 2**20),
-    )
+    limits = body_limits(opts.max_bytes, opts.total_timeout_s)
     fetcher = Fetcher(NetworkPolicy(opts.allow_network), opts.user_agent, limits, max_connections=opts.fetchers)
     token = opts.user_agent.split("/")[0].split()[0] if opts.user_agent else "hostring"
     metrics = WorkerMetrics()
