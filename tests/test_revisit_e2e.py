@@ -20,9 +20,10 @@ from warcio.archiveiterator import ArchiveIterator
 
 from fetch_worker.warc import SERVER_NOT_MODIFIED
 from frontier_node.offline_report import store_report
+from hostring.urls import identify
 from hostring_testing import LocalWeb, Site
 from hostring_testing.changing import ChangingPage
-from hostring_testing.crawls import crawl_cmd, journal_settled, load_report, politeness_violations, run_cli
+from hostring_testing.crawls import crawl_cmd, journal, journal_settled, load_report, politeness_violations, run_cli
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -83,8 +84,9 @@ def test_a_continuous_crawl_revisits_by_change_rate_politely_and_conditionally(t
         for path in STATIC:  # backing off: every gap longer than the one before, the last near the maximum
             times = per_page[(label, path)]
             gaps = [b - a for a, b in itertools.pairwise(times)]
-            assert all(later > earlier for earlier, later in itertools.pairwise(gaps)), (path, gaps)
-            assert gaps[-1] >= MAX_S / 2, (path, gaps)
+            why = (path, gaps, _story(out, web.url(label, path), times[0]))  # the node's account, should it fail
+            assert all(later > earlier for earlier, later in itertools.pairwise(gaps)), why
+            assert gaps[-1] >= MAX_S / 2, why
 
     repeats = [h for h in hits if per_page[(h.label, h.resource)][0] != h.start]
     conditional = sum(h.conditional for h in repeats)
@@ -116,3 +118,9 @@ def test_a_continuous_crawl_revisits_by_change_rate_politely_and_conditionally(t
     assert sum(not_modified.values()) >= 20
     assert revisits == not_modified
     assert all(responses.get(target) == uri for uri, target in refers), refers[:5]
+
+
+def _story(out: Path, url: str, t0: float) -> list[str]:
+    """The journal of one page as lines (event, seconds after `t0`, reason): what the node did with it, for the
+    message of a failed assertion about its revisits."""
+    return [f"{r['event']} +{r['at'] - t0:.2f}s {r['reason'][:60]}" for r in journal(out, key=identify(url).fetch_key)]
