@@ -84,9 +84,13 @@ def test_a_continuous_crawl_revisits_by_change_rate_politely_and_conditionally(t
         for path in STATIC:  # backing off: every gap longer than the one before, the last near the maximum
             times = per_page[(label, path)]
             gaps = [b - a for a, b in itertools.pairwise(times)]
-            why = (path, gaps, _story(out, web.url(label, path), times[0]))  # the node's account, should it fail
-            assert all(later > earlier for earlier, later in itertools.pairwise(gaps)), why
-            assert gaps[-1] >= MAX_S / 2, why
+            url = web.url(label, path)  # a failure's message carries the node's account of the page
+            assert all(later > earlier for earlier, later in itertools.pairwise(gaps)), (
+                path,
+                gaps,
+                _story(out, url, times[0]),
+            )
+            assert gaps[-1] >= MAX_S / 2, (path, gaps, _story(out, url, times[0]))
 
     repeats = [h for h in hits if per_page[(h.label, h.resource)][0] != h.start]
     conditional = sum(h.conditional for h in repeats)
