@@ -37,9 +37,11 @@ from hostring.ring import EMPTY_RING, Ring
 log = logging.getLogger("hostring.node")
 
 MAIL_POLL_S = 0.2
+"""How often the slice looks for mail when it found none the last time (at once again when it found some)."""
 _OWNED_CACHE = 1_000_000
 """Domains whose ownership a node remembers per ring before it starts over."""
-"""How often the slice looks for mail when it found none the last time (at once again when it found some)."""
+_NAMED = 50
+"""Domains a let-go log line names (tests match them against the ring's moves)."""
 
 
 class Slice:
@@ -135,13 +137,19 @@ class Slice:
         self._start_mail()
 
     def let_go(self, domains: Iterable[str]) -> None:
-        """A newer owner's fence refused our writes for `domains`: forget them now (the service lock is held)."""
+        """A newer owner's fence refused our writes for `domains`: forget those still held now (the service lock
+        is held). A refusal can land after this node's own ring update released the domain (a flush in flight
+        across the handoff); that domain is fenced again, and not counted or logged a second time."""
         assert self.frontier is not None
         domains = set(domains)
         self.fenced |= domains
-        self.frontier.release(domains)
+        held = domains & self.frontier.domains
+        if not held:
+            return
+        self.frontier.release(held)
         self._recount()
-        self.moved_out += len(domains)
+        self.moved_out += len(held)
+        log.info("let go of %d domain(s) early, fenced by a newer owner: %s", len(held), sorted(held)[:_NAMED])
 
     def catch_up(self) -> int:
         """Adopt domains this node owns but does not hold (first written during a handoff); how many.

@@ -50,7 +50,7 @@ RPC_TIMEOUT_S = 10.0
 _HANDOFF_LINE = re.compile(
     r"ring epoch (\d+): (\d+) members, released (\d+) domains, adopted (\d+)(?:, in ([0-9.]+)s)?"
 )
-_FENCED_LINE = re.compile(r"writes for \d+ domain\(s\) refused by a newer owner: \[(.*)\]")
+_LET_GO_LINE = re.compile(r"let go of \d+ domain\(s\) early, fenced by a newer owner: \[(.*)\]")
 _SERVING = health_pb2.HealthCheckResponse.SERVING
 
 
@@ -277,10 +277,10 @@ class Cluster:
 
     def let_go(self, node_id: str) -> set[str]:
         """Domains the node let go of early, when a newer owner's fence refused its writes before its own ring
-        said so (its log line names up to five per refusal)."""
+        said so (its log line names up to 50 per refusal)."""
         out: set[str] = set()
         for msg, _ in log_records(self.procs[node_id].log()):
-            m = _FENCED_LINE.search(msg)
+            m = _LET_GO_LINE.search(msg)
             if m is not None:
                 out.update(d.strip().strip("'\"") for d in m.group(1).split(",") if d.strip())
         return out

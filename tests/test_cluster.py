@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import logging
 import re
 import signal
 import time
@@ -549,6 +550,36 @@ def test_handoff_fenced_write_keeps_state_counts(empty_redis: str) -> None:
         stored = {k: v for k, v in a.frontier.store.counts_by_state().items() if v}
         assert counts == stored, f"node a counts {counts} after the handoff, its store holds {stored}"
         pb.StatsResponse(urls_by_state=a.frontier.stats().urls_by_state)  # negative counts make Stats fail
+    finally:
+        a.store.close()
+        b.store.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_refusal_landing_after_the_handoff_counts_the_domain_once(
+    empty_redis: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A flush in flight across a handoff can come back refused after the node's own ring update released the
+    domain: the core thread then lets go of it again. It is counted out once, and only an early let-go is logged."""
+    r1, r2 = _rings(["a"], ["a", "b"])
+    a, b = _node(empty_redis, "a"), _node(empty_redis, "b")
+    try:
+        a.apply(r1)
+        b.apply(r1)
+        moving = _domain(lambda d: r2.owns("b", d))
+        early = _domain(lambda d: r2.owns("b", d) and d != moving, prefix="e")
+        a.frontier.discover([pb.Link(observed=f"http://{d}/p") for d in (moving, early)])
+        a.frontier.store.flush()
+        with caplog.at_level(logging.INFO, logger="hostring.node"):
+            a.let_go({early})  # refused before a's ring update: let go early
+            a.apply(r2)
+            a.let_go({moving})  # refused after it: already released by the ring
+        assert a.moved_out == 2, f"moved out {a.moved_out} for two domains"
+        lines = [r.getMessage() for r in caplog.records if "let go of" in r.getMessage()]
+        assert lines == [f"let go of 1 domain(s) early, fenced by a newer owner: ['{early}']"], lines
+        (handoff,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("ring epoch 2")]
+        assert "released 1 domains" in handoff, handoff
+        assert not a.owns(moving) and not a.owns(early)
     finally:
         a.store.close()
         b.store.close()
