@@ -294,7 +294,8 @@ def test_sigkill_mid_run_loses_nothing_and_fences_stale_generations(
     for key, last in seen.items():
         info = url_info(stub, key)
         assert info.state in successors(last), (key, last, info.state)
-        assert disp[key] == info.state
+        # read after the report: a held lease may expire between the two reads on a slow restart
+        assert info.state in successors(disp[key]), (key, disp[key], info.state)
         if last == "fetched":
             assert info.state == "fetched" and info.generation == fetched[key], (key, info)
         if last == "leased":
