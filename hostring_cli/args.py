@@ -17,6 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
+from hostring.agent import product_token
+
 MAX_RESPONSE_BYTES = 10 * 2**20
 """The default of --max-response-bytes (`hostring crawl` and `hostring worker`): the largest body read, on the
 wire."""
@@ -202,6 +204,15 @@ def positive_duration(text: str) -> float:
 
 
 positive_duration.__name__ = "positive duration"
+
+
+def user_agent(text: str) -> str:
+    """A --user-agent: it must start with an RFC 9309 product token, the name robots.txt groups are matched by."""
+    try:
+        product_token(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
 
 
 def cidr(text: str) -> str:

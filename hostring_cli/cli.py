@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from frontier_node.core.config import BudgetConfig, FrontierConfig, PolitenessConfig, RetryConfig
-from frontier_node.core.robots import RobotsPolicy
 from hostring import logs
 from hostring.text import escape_tree
 from hostring_cli import errors
@@ -31,6 +30,7 @@ from hostring_cli.args import (
     port,
     positive_float,
     positive_int,
+    user_agent,
 )
 from hostring_cli.cluster import add_cluster_commands, add_tls_flags, add_token_flag, tls_from, token_from
 from hostring_cli.parent import exit_with_parent
@@ -89,6 +89,7 @@ def _politeness_flags(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--user-agent",
+        type=user_agent,
         default=DEFAULT_USER_AGENT,
         metavar="UA",
         help="User-Agent sent, and whose product token robots.txt groups are matched by",
@@ -133,10 +134,6 @@ def _politeness_flags(p: argparse.ArgumentParser) -> None:
 
 def frontier_config(args: argparse.Namespace, scope: str = "all") -> FrontierConfig:
     """The core's configuration from parsed politeness flags (their ranges are checked by the parser)."""
-    try:
-        RobotsPolicy(args.user_agent)
-    except ValueError as e:
-        raise UsageError(f"--user-agent {args.user_agent!r}: {e}") from e
     return FrontierConfig(
         politeness=PolitenessConfig(
             min_delay_s=args.delay,

@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 import grpc
 
 from hostring import logs
+from hostring.agent import product_token
 from hostring.limits import grpc_options
 from hostring.security import SecurityConfigError, TlsConfig, admin_metadata, load_admin_token
 from hostring.v1 import coordinator_pb2 as cpb
@@ -39,6 +40,7 @@ from hostring_cli.args import (
     positive_float,
     positive_int,
 )
+from hostring_cli.args import user_agent as agent_arg
 from hostring_cli.errors import DependencyError, redis_errors, redis_failure, rpc_failure
 from hostring_cli.parent import exit_with_parent
 from hostring_cli.workers import COUNTS_EVERY_S, worker_counts, write_counts
@@ -182,7 +184,6 @@ def cmd_worker(args: argparse.Namespace) -> int:
         limits = body_limits(args.max_response_bytes, args.fetch_timeout)
         fetcher = Fetcher(policy, args.user_agent, limits, max_connections=args.fetchers)
         warc = WarcWriter(Path(args.out), prefix=f"hostring-{args.id or 'worker'}") if args.out else None
-        token = args.user_agent.split("/")[0].split()[0]
         counts_file = Path(args.counts_file) if args.counts_file else None
         metrics = WorkerMetrics() if args.metrics_port is not None or counts_file is not None else None
         worker = Worker(
@@ -191,7 +192,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
             warc=warc,
             worker_id=args.id,
             max_in_flight=args.fetchers,
-            product_token=token,
+            product_token=product_token(args.user_agent),
             metrics=metrics,
             channel_options=grpc_options(),
         )
@@ -594,7 +595,13 @@ def add_cluster_commands(sub: argparse._SubParsersAction[Parser], user_agent: st
         metavar="CIDR",
         help="let the fetcher connect to these otherwise refused addresses; repeatable",
     )
-    w.add_argument("--user-agent", default=user_agent, metavar="UA", help="User-Agent sent with every request")
+    w.add_argument(
+        "--user-agent",
+        type=agent_arg,
+        default=user_agent,
+        metavar="UA",
+        help="User-Agent sent with every request, and whose product token X-Robots-Tag scopes are matched by",
+    )
     w.add_argument(
         "--out", default="", metavar="DIR", help="write WARC files here (default: none, and a warning: nothing is kept)"
     )

@@ -30,6 +30,7 @@ from fetch_worker.netpolicy import NetworkPolicy
 from fetch_worker.warc import WarcWriter, finalize_open_files
 from fetch_worker.worker import Worker
 from frontier_node.core.config import RevisitConfig
+from hostring.agent import product_token
 from hostring.client import StaticRouter
 from hostring.limits import grpc_options
 from hostring.metrics import serve_metrics
@@ -307,7 +308,6 @@ async def _crawl(opts: CrawlOptions, address: str, run: Run) -> tuple[dict[str, 
 def _worker(opts: CrawlOptions, address: str) -> tuple[Worker, WorkerMetrics]:
     limits = body_limits(opts.max_bytes, opts.total_timeout_s)
     fetcher = Fetcher(NetworkPolicy(opts.allow_network), opts.user_agent, limits, max_connections=opts.fetchers)
-    token = opts.user_agent.split("/")[0].split()[0] if opts.user_agent else "hostring"
     metrics = WorkerMetrics()
     if opts.metrics_port is not None:
         serve_metrics(opts.metrics_port, metrics.registry, "127.0.0.1:0")
@@ -316,7 +316,7 @@ def _worker(opts: CrawlOptions, address: str) -> tuple[Worker, WorkerMetrics]:
         fetcher,
         warc=WarcWriter(opts.out / "warc"),
         max_in_flight=opts.fetchers,
-        product_token=token,
+        product_token=product_token(opts.user_agent),
         worker_id=f"crawl-{os.getpid()}",
         metrics=metrics,
         channel_options=grpc_options(),

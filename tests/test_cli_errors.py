@@ -152,6 +152,9 @@ def cases(tmp: Path) -> dict[str, Case]:
             out=False,
         ),
         "worker without a source": Case(["worker"], 2, ("--coordinator", "--node"), out=False),
+        "worker bad user agent": Case(
+            ["worker", "--node", DOWN, "--user-agent", "/1.0"], 2, ("--user-agent", "product token"), out=False
+        ),
         "worker coordinator down": Case(
             ["worker", "--coordinator", DOWN, "--connect-timeout", "1"], 1, ("coordinator at 127.0.0.1:1",), out=False
         ),

@@ -9,7 +9,6 @@ import base64
 import binascii
 import enum
 import math
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
@@ -17,6 +16,7 @@ from urllib.parse import urlsplit
 
 from protego import Protego
 
+from hostring.agent import product_token
 from hostring.limits import MAX_ROBOTS_BODY_BYTES
 
 MAX_ROBOTS_BYTES = MAX_ROBOTS_BODY_BYTES  # RFC 9309 §2.5: at least 500 KiB parsed; what the wire allows
@@ -24,8 +24,6 @@ MAX_CACHE_S = 24 * 3600
 
 _ROBOTS_PATH = "/robots.txt"
 _RECORD_FORMAT = 1
-# RFC 9309 §2.2.1: a product token is letters, "_" and "-".
-_PRODUCT_TOKEN = re.compile(r"[A-Za-z_-]+")
 _NOT_MODIFIED = 304
 _TOO_MANY_REQUESTS = 429
 
@@ -47,15 +45,6 @@ class _Group(Protocol):
 
     @property
     def crawl_delay(self) -> float | None: ...
-
-
-def _product_token(user_agent: str) -> str:
-    """The name of the first product of a User-Agent header: "hostring/0.1 (+https://x)" -> "hostring"."""
-    words = user_agent.split(maxsplit=1)
-    name = words[0].split("/", 1)[0] if words else ""
-    if not _PRODUCT_TOKEN.fullmatch(name):
-        raise ValueError(f"User-Agent {user_agent!r} must start with an RFC 9309 product token (letters, '_', '-')")
-    return name
 
 
 def _cap_body(body: bytes) -> bytes:
@@ -299,7 +288,7 @@ class RobotsPolicy:
         if not 0 <= max_crawl_delay_s < math.inf:
             raise ValueError(f"max_crawl_delay_s must be finite and >= 0, got {max_crawl_delay_s}")
         self.user_agent = user_agent
-        self.product_token = _product_token(user_agent)
+        self.product_token = product_token(user_agent)
         self.cache_s = float(cache_s)
         self.error_retry_s = float(error_retry_s)
         self.max_crawl_delay_s = float(max_crawl_delay_s)
