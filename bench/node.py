@@ -1,6 +1,6 @@
 """Figures of one frontier node: Discover and Lease+Complete throughput, through gRPC and in process, and RAM.
 
-`python -m bench.node [--json] [--quick] [--py-spy DIR]` prints, with the machine and the workload stated:
+`python -m bench.node [--json] [--quick] [--rounds N] [--py-spy DIR]` prints, with the machine and the workload stated:
 
 1. Discover links/s through gRPC with the journal on: a `hostring node` subprocess on a SQLite store in a temp
    dir (`--delay 0`), the client in this process sending pre-serialized batches of 256 links over 10k hosts,
@@ -37,6 +37,7 @@ import select
 import shutil
 import signal
 import sqlite3
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -62,6 +63,7 @@ from hostring.clock import WallClock
 from hostring.limits import grpc_options
 from hostring.v1 import frontier_pb2 as pb
 from hostring.v1 import frontier_pb2_grpc as pb_grpc
+from hostring_cli.args import positive_int
 from hostring_testing.proc import stop_process
 
 REPO = Path(__file__).resolve().parent.parent
@@ -805,13 +807,24 @@ _ROWS: tuple[tuple[str, str, str, str], ...] = (
 )  # fmt: skip
 
 
+def over_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """The first round's figures with each figure of the table replaced by its median over `rounds`, and every
+    round's values of those figures under "rounds" (the machine's speed can move by a third within an hour)."""
+    keys = [k for row in _ROWS for k in (row[0], row[3]) if k]
+    out = {**rounds[0], "rounds": {k: [r[k] for r in rounds] for k in keys}}
+    out.update({k: statistics.median(out["rounds"][k]) for k in keys})
+    out["machine"] = {**rounds[0]["machine"], "loadavg_end": rounds[-1]["machine"]["loadavg_end"]}
+    return out
+
+
 def _num(value: float) -> str:
     return f"{value:,.0f}" if value >= 100 else f"{value:,.1f}"
 
 
 def table(f: dict[str, Any]) -> str:
-    """The figures as a readable table, machine and workload first."""
+    """The figures as a readable table, machine and workload first; with rounds, medians and their ranges."""
     m, w = f["machine"], f["workload"]
+    rounds: dict[str, list[float]] = f.get("rounds", {}) if len(f.get("rounds", {}).get(_ROWS[0][0], [])) > 1 else {}
     lines = [
         machine_line(m, sqlite=True),
         f"workload: {w['links']:,} links in batches of {w['batch']} over {w['hosts']:,} hosts "
@@ -827,11 +840,13 @@ def table(f: dict[str, Any]) -> str:
         "  per CPU-s: the count over the CPU seconds of the process doing the work (the node process for gRPC "
         "figures), i.e. the rate with a core of its own",
         "",
-        f"{'figure':<46} {'value':>10}  {'unit':<8} {'per CPU-s':>10} {'issue target':>13}",
+        f"{'figure':<46} {'value':>10}  {'unit':<8} {'per CPU-s':>10} {'issue target':>13}"
+        + (f"  {'range over ' + str(len(rounds[_ROWS[0][0]])) + ' rounds':>20}" if rounds else ""),
     ]
     for key, label, unit, per_cpu in _ROWS:
         cpu = _num(f[per_cpu]) if per_cpu else ""
-        lines.append(f"{label:<46} {_num(f[key]):>10}  {unit:<8} {cpu:>10} {TARGETS.get(key, ''):>13}")
+        spread = f"  {_num(min(rounds[key])) + ' - ' + _num(max(rounds[key])):>20}" if rounds else ""
+        lines.append(f"{label:<46} {_num(f[key]):>10}  {unit:<8} {cpu:>10} {TARGETS.get(key, ''):>13}{spread}")
     lines.append(
         f"(admitted through gRPC: {f['discover_admitted_urls_grpc']:,} URLs, {f['discover_duplicates_grpc']:,} "
         f"duplicates; node busy {f['discover_node_cores_busy']:.2f} cores during Discover, "
@@ -861,6 +876,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="DIR",
         help="record py-spy raw profiles of the node during the gRPC phases into DIR",
     )
+    parser.add_argument(
+        "--rounds",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="run everything N times on fresh nodes and print each figure's median and range (default: 1)",
+    )
     parser.add_argument("--ram-child", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--ram-hosts", type=int, default=Workload.ram_hosts, help=argparse.SUPPRESS)
     parser.add_argument("--ram-batch", type=int, default=Workload.ram_batch, help=argparse.SUPPRESS)
@@ -878,7 +900,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if shutil.which("py-spy") is None:
             parser.error("--py-spy needs the py-spy command (pip install py-spy)")
         args.py_spy.mkdir(parents=True, exist_ok=True)
-    figures = run(w, pw, args.py_spy)
+    figures = over_rounds([run(w, pw, args.py_spy) for _ in range(args.rounds)])
     print(json.dumps(figures, indent=2) if args.json else table(figures))
     return 0
 

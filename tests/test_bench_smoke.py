@@ -106,3 +106,24 @@ def test_quick_cluster_bench_prints_every_figure() -> None:
     assert sqlite["discover"]["admitted"] == links and sqlite["discover"]["per_url"]["redis_commands"] == 0
     assert_positive(sqlite["lease_complete"], ["urls_per_s"], "sqlite")
     assert figures["machine"]["cores"] >= 1
+
+
+def test_rounds_report_each_figures_median_and_every_value() -> None:
+    """`bench.node --rounds N`: each figure of the table is its median over the rounds (figure by figure, not one
+    round's), and every round's value is kept for the table's range column."""
+    from bench.node import _ROWS, over_rounds
+
+    keys = [k for row in _ROWS for k in (row[0], row[3]) if k]
+    rounds = []
+    for n, scale in enumerate((3.0, 1.0, 2.0)):
+        figures: dict[str, object] = {k: scale * (i + 1) for i, k in enumerate(keys)}
+        figures["discover_links_per_s_grpc"] = (10.0, 30.0, 20.0)[n] if n != 1 else 999.0
+        figures["machine"] = {"loadavg_end": [float(n)] * 3}
+        rounds.append(figures)
+    out = over_rounds(rounds)
+    assert out["lease_complete_urls_per_s_grpc"] == 2.0 * (keys.index("lease_complete_urls_per_s_grpc") + 1)
+    assert out["discover_links_per_s_grpc"] == 20.0
+    assert out["rounds"]["discover_links_per_s_grpc"] == [10.0, 999.0, 20.0]
+    assert out["machine"]["loadavg_end"] == [2.0] * 3, "the load at the end is the last round's"
+    single = over_rounds(rounds[:1])
+    assert single["discover_links_per_s_grpc"] == 10.0 and single["rounds"]["discover_links_per_s_grpc"] == [10.0]
