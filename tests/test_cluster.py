@@ -34,7 +34,7 @@ import re
 import signal
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -527,17 +527,27 @@ def _domain(pred: Callable[[str], bool], prefix: str = "d") -> str:
     return next(d for d in (f"{prefix}{i}.example" for i in range(1000)) if pred(d))
 
 
+@contextlib.contextmanager
+def _joining_pair(url: str) -> Iterator[tuple[Any, Any, Ring]]:
+    """Nodes a and b, both at ring 1 where a owns everything, and ring 2 (b joined) not yet applied by either."""
+    r1, r2 = _rings(["a"], ["a", "b"])
+    a, b = _node(url, "a"), _node(url, "b")
+    try:
+        a.apply(r1)
+        b.apply(r1)
+        yield a, b, r2
+    finally:
+        a.store.close()
+        b.store.close()
+
+
 @pytest.mark.timeout(60)
 def test_handoff_fenced_write_keeps_state_counts(empty_redis: str) -> None:
     """The old owner, still on the old ring, leases in a domain the new owner already claimed: the write is fenced
     (right), and after it releases the domain its counts by state must still match its store (and Stats work)."""
     from frontier_node.store.redis import FencedOut
 
-    r1, r2 = _rings(["a"], ["a", "b"])
-    a, b = _node(empty_redis, "a"), _node(empty_redis, "b")
-    try:
-        a.apply(r1)
-        b.apply(r1)
+    with _joining_pair(empty_redis) as (a, b, r2):
         moving = _domain(lambda d: r2.owns("b", d))
         a.frontier.discover([pb.Link(observed=f"http://{moving}/p{j}") for j in range(3)])
         a.frontier.store.flush()
@@ -550,9 +560,6 @@ def test_handoff_fenced_write_keeps_state_counts(empty_redis: str) -> None:
         stored = {k: v for k, v in a.frontier.store.counts_by_state().items() if v}
         assert counts == stored, f"node a counts {counts} after the handoff, its store holds {stored}"
         pb.StatsResponse(urls_by_state=a.frontier.stats().urls_by_state)  # negative counts make Stats fail
-    finally:
-        a.store.close()
-        b.store.close()
 
 
 @pytest.mark.timeout(60)
@@ -561,11 +568,7 @@ def test_a_refusal_landing_after_the_handoff_counts_the_domain_once(
 ) -> None:
     """A flush in flight across a handoff can come back refused after the node's own ring update released the
     domain: the core thread then lets go of it again. It is counted out once, and only an early let-go is logged."""
-    r1, r2 = _rings(["a"], ["a", "b"])
-    a, b = _node(empty_redis, "a"), _node(empty_redis, "b")
-    try:
-        a.apply(r1)
-        b.apply(r1)
+    with _joining_pair(empty_redis) as (a, _, r2):
         moving = _domain(lambda d: r2.owns("b", d))
         early = _domain(lambda d: r2.owns("b", d) and d != moving, prefix="e")
         a.frontier.discover([pb.Link(observed=f"http://{d}/p") for d in (moving, early)])
@@ -580,9 +583,6 @@ def test_a_refusal_landing_after_the_handoff_counts_the_domain_once(
         (handoff,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("ring epoch 2")]
         assert "released 1 domains" in handoff, handoff
         assert not a.owns(moving) and not a.owns(early)
-    finally:
-        a.store.close()
-        b.store.close()
 
 
 def _epoch(node: Any) -> int:
