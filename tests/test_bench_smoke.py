@@ -84,6 +84,15 @@ def test_turnaround_rounds_report_the_median_round() -> None:
 CLUSTER_PER_URL = ("node_cpu_ms", "cpu_ms", "redis_cpu_ms", "redis_round_trips", "redis_commands")
 
 
+CLUSTER_TARGETS = (
+    "sqlite_over_redis_discover",
+    "sqlite_over_redis_lease_complete",
+    "cpu_3_over_1_discover",
+    "cpu_3_over_1_lease_complete",
+    "max_round_trips_per_url",
+)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(150)
 def test_quick_cluster_bench_prints_every_figure() -> None:
@@ -106,6 +115,17 @@ def test_quick_cluster_bench_prints_every_figure() -> None:
     assert sqlite["discover"]["admitted"] == links and sqlite["discover"]["per_url"]["redis_commands"] == 0
     assert_positive(sqlite["lease_complete"], ["urls_per_s"], "sqlite")
     assert figures["machine"]["cores"] >= 1
+    # the figures the issue sets targets for, from the same run
+    targets = figures["targets"]
+    assert_positive(targets, CLUSTER_TARGETS, "targets")
+    one = figures["throughput"]["1"]
+    assert targets["sqlite_over_redis_lease_complete"] == pytest.approx(
+        sqlite["lease_complete"]["urls_per_s"] / one["lease_complete"]["urls_per_s"]
+    )
+    assert targets["cpu_3_over_1_discover"] == pytest.approx(
+        figures["throughput"]["3"]["discover"]["per_url"]["cpu_ms"] / one["discover"]["per_url"]["cpu_ms"]
+    )
+    assert figures["rounds"] == [targets]
 
 
 def test_rounds_report_each_figures_median_and_every_value() -> None:
