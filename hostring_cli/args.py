@@ -15,6 +15,7 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, NoReturn
 
 from hostring.agent import product_token
@@ -245,6 +246,16 @@ def is_wildcard(address: str) -> bool:
     """Whether HOST:PORT listens on every interface (0.0.0.0, ::, or no host)."""
     host = address.rpartition(":")[0].strip("[]")
     return host in ("", "0.0.0.0", "::", "*")
+
+
+def read_text(path: Path, what: str) -> str:
+    """A UTF-8 text file the user named (a seeds or scope file), or a usage error naming it and what is wrong."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise UsageError(f"cannot read {what} {path}: {e.strerror}") from e
+    except UnicodeDecodeError as e:
+        raise UsageError(f"cannot read {what} {path}: not UTF-8 text (byte {e.start})") from None
 
 
 def die(message: str, code: int = EXIT_USAGE) -> NoReturn:

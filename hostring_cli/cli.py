@@ -30,6 +30,7 @@ from hostring_cli.args import (
     port,
     positive_float,
     positive_int,
+    read_text,
     user_agent,
 )
 from hostring_cli.cluster import add_cluster_commands, add_tls_flags, add_token_flag, tls_from, token_from
@@ -173,10 +174,7 @@ def _scope_entries(path: Path | None) -> list[str]:
     """Hosts or registrable domains, one per line (# comments), from a scope file."""
     if path is None:
         return []
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise UsageError(f"cannot read scope file {path}: {e.strerror}") from e
+    text = read_text(path, "--scope file")
     entries = [line.split("#")[0].strip().lower().rstrip(".") for line in text.splitlines()]
     return [e for e in entries if e]
 
@@ -314,6 +312,7 @@ def _crawl_options(
     from hostring_cli.crawl import CrawlOptions
 
     mode, scope_file = scope_setting(args.scope, args.scope_file)
+    _scope_entries(scope_file)  # read by the crawl's node: refused here, before anything starts, if it cannot be
     config = frontier_config(args)  # the user agent and the revisit policy
     try:
         NetworkPolicy(args.allow_network)

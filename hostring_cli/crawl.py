@@ -38,7 +38,7 @@ from hostring.text import escape_tree
 from hostring.urls import UrlRejected, identify
 from hostring.v1 import frontier_pb2 as pb
 from hostring.v1 import frontier_pb2_grpc as pb_grpc
-from hostring_cli.args import EXIT_NOTHING_FETCHED, EXIT_OK, EXIT_STOPPED, MAX_RESPONSE_BYTES, UsageError
+from hostring_cli.args import EXIT_NOTHING_FETCHED, EXIT_OK, EXIT_STOPPED, MAX_RESPONSE_BYTES, UsageError, read_text
 from hostring_cli.crawldir import STORE_NAME, CrawlDir, Made
 from hostring_cli.errors import DependencyError
 from hostring_cli.parent import hostring_command
@@ -99,10 +99,7 @@ def read_seeds(urls: list[str], seeds_file: Path | None) -> list[str]:
     """Seeds from the command line and a file (one per line, # comments), each checked to be a crawlable URL."""
     seeds = list(urls)
     if seeds_file is not None:
-        try:
-            text = seeds_file.read_text(encoding="utf-8")
-        except OSError as e:
-            raise CrawlError(f"cannot read --seeds-file {seeds_file}: {e.strerror}") from e
+        text = read_text(seeds_file, "--seeds-file")
         seeds += [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
     bad = []
     for seed in seeds:

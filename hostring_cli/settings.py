@@ -111,6 +111,8 @@ def read_toml(path: Path, what: str) -> dict[str, Any]:
         raise UsageError(f"{what} {path}: cannot read it ({e.strerror})") from None
     except tomllib.TOMLDecodeError as e:
         raise UsageError(f"{what} {path}: not valid TOML: {e}") from None
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{what} {path}: not valid TOML: not UTF-8 text (byte {e.start})") from None
 
 
 def file_layer(

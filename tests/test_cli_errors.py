@@ -51,6 +51,12 @@ def cases(tmp: Path) -> dict[str, Case]:
     typo_toml.write_text("delya = 2\n")
     typed_toml = tmp / "typed.toml"
     typed_toml.write_text("[crawl]\nfetchers = 0\n")
+    binary_seeds = tmp / "binary-seeds.txt"
+    binary_seeds.write_bytes(b"http://a.example/\n\xff\xfe\n")
+    binary_scope = tmp / "binary-scope.txt"
+    binary_scope.write_bytes(b"a.example\n\xff\xfe\n")
+    binary_toml = tmp / "binary.toml"
+    binary_toml.write_bytes(b"fetchers = 4\n\xff\xfe\n")
     share_toml = tmp / "share.toml"
     share_toml.write_text("revisit-share = 2\n")
     empty = tmp / "empty-dir"
@@ -77,6 +83,8 @@ def cases(tmp: Path) -> dict[str, Case]:
         "seed not a URL": Case(["crawl", "notaurl", "--out", "OUT"], 2, ("not a crawlable URL", "http://")),
         "no seed": Case(["crawl", "--out", "OUT"], 2, ("SEED", "--resume")),
         "missing seeds file": Case(crawl("--seeds-file", str(tmp / "none.txt")), 2, ("--seeds-file", "none.txt")),
+        "seeds file not UTF-8": Case(crawl("--seeds-file", str(binary_seeds)), 2, ("--seeds-file", "not UTF-8")),
+        "scope file not UTF-8": Case(crawl("--scope", str(binary_scope)), 2, ("--scope", "binary-scope.txt", "UTF-8")),
         "missing scope file": Case(crawl("--scope", str(tmp / "none.txt")), 2, ("--scope", "all, host, domain")),
         "scope list without file": Case(crawl("--scope", "list"), 2, ("--scope-file",)),
         "out is a file": Case(crawl(out=str(a_file)), 2, ("--out", "is a file"), out=False),
@@ -86,6 +94,7 @@ def cases(tmp: Path) -> dict[str, Case]:
         "occupied out": Case(crawl(out=str(held)), 2, ("already holds a crawl", "--resume"), out=False),
         "missing config": Case(crawl("--config", str(tmp / "none.toml")), 2, ("--config", "no such file")),
         "config not TOML": Case(crawl("--config", str(bad_toml)), 2, ("not valid TOML", "line 2")),
+        "config not UTF-8": Case(crawl("--config", str(binary_toml)), 2, ("--config", "binary.toml", "not UTF-8")),
         "config typo": Case(crawl("--config", str(typo_toml)), 2, ("unknown setting 'delya'",)),
         "config bad value": Case(crawl("--config", str(typed_toml)), 2, ("fetchers", ">= 1")),
         "env bad value": Case(crawl(), 2, ("HOSTRING_FETCHERS", ">= 1"), env={"HOSTRING_FETCHERS": "0"}),
@@ -161,6 +170,9 @@ def cases(tmp: Path) -> dict[str, Case]:
         "seed without URLs": Case(["seed", "--node", DOWN], 2, ("URLs", "--seeds-file"), out=False),
         "seed node down": Case(
             ["seed", "--node", DOWN, SEED, "--timeout", "1"], 1, ("frontier node at 127.0.0.1:1", "--node"), out=False
+        ),
+        "seed file not UTF-8": Case(
+            ["seed", "--node", DOWN, "--seeds-file", str(binary_seeds)], 2, ("--seeds-file", "not UTF-8"), out=False
         ),
         "seed bad URL": Case(["seed", "--node", DOWN, "ftp://x/"], 2, ("not a crawlable URL",), out=False),
         "report no store": Case(
