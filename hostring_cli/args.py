@@ -242,6 +242,15 @@ def host_port(text: str) -> str:
     return text
 
 
+def address(text: str) -> str:
+    """An address to connect to (--node, --coordinator): HOST:PORT or another gRPC target, not blank."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty address; give HOST:PORT")
+    if any(c.isspace() for c in text):
+        raise argparse.ArgumentTypeError(f"not an address (it holds a space): {text!r}; give HOST:PORT")
+    return text
+
+
 def is_wildcard(address: str) -> bool:
     """Whether HOST:PORT listens on every interface (0.0.0.0, ::, or no host)."""
     host = address.rpartition(":")[0].strip("[]")

@@ -21,6 +21,7 @@ from hostring_cli.args import (
     MAX_RESPONSE_BYTES,
     Parser,
     UsageError,
+    address,
     cidr,
     duration,
     host_port,
@@ -596,7 +597,7 @@ def build_parser() -> Parser:
         "--dispositions adds every identity's row.",
     )
     source = report.add_mutually_exclusive_group()
-    source.add_argument("--node", default="127.0.0.1:50051", metavar="HOST:PORT", help="a running node")
+    source.add_argument("--node", type=address, default="127.0.0.1:50051", metavar="HOST:PORT", help="a running node")
     source.add_argument(
         "--store", metavar="sqlite:///PATH", help="a crawl's store, e.g. sqlite:///OUT/frontier.sqlite3"
     )

@@ -40,6 +40,7 @@ from hostring_cli.args import (
     positive_float,
     positive_int,
 )
+from hostring_cli.args import address as address_arg
 from hostring_cli.args import user_agent as agent_arg
 from hostring_cli.errors import DependencyError, redis_errors, redis_failure, rpc_failure
 from hostring_cli.parent import exit_with_parent
@@ -497,8 +498,10 @@ def _add_hosts_commands(sub: argparse._SubParsersAction[Parser]) -> None:
 
     def common(p: argparse.ArgumentParser, *, admin: bool = False) -> None:
         where = p.add_mutually_exclusive_group(required=True)
-        where.add_argument("--node", metavar="ADDR", help="the frontier node to ask")
-        where.add_argument("--coordinator", metavar="ADDR", help="find the owning node(s) through this coordinator")
+        where.add_argument("--node", type=address_arg, metavar="ADDR", help="the frontier node to ask")
+        where.add_argument(
+            "--coordinator", type=address_arg, metavar="ADDR", help="find the owning node(s) through this coordinator"
+        )
         p.add_argument("--json", action="store_true", help="JSON instead of a table")
         p.add_argument("--timeout", type=positive_float, default=10.0, metavar="S", help="how long to wait for answers")
         add_tls_flags(p, server=False)
@@ -545,8 +548,13 @@ def _add_hosts_commands(sub: argparse._SubParsersAction[Parser]) -> None:
 
 def _node_or_coordinator(p: argparse.ArgumentParser, what: str) -> None:
     where = p.add_mutually_exclusive_group(required=True)
-    where.add_argument("--coordinator", metavar="ADDR", help=f"a cluster's coordinator: {what} every node of its ring")
-    where.add_argument("--node", metavar="ADDR", help=f"a standalone frontier node: {what} it alone")
+    where.add_argument(
+        "--coordinator",
+        type=address_arg,
+        metavar="ADDR",
+        help=f"a cluster's coordinator: {what} every node of its ring",
+    )
+    where.add_argument("--node", type=address_arg, metavar="ADDR", help=f"a standalone frontier node: {what} it alone")
 
 
 def add_cluster_commands(sub: argparse._SubParsersAction[Parser], user_agent: str) -> None:
@@ -660,7 +668,7 @@ def add_cluster_commands(sub: argparse._SubParsersAction[Parser], user_agent: st
         help="ring epoch, nodes, owned domains, queue depths, leases in flight",
         description="Ask the coordinator for the ring and every node for its numbers; a table.",
     )
-    s.add_argument("--coordinator", required=True, metavar="ADDR", help="the cluster's coordinator")
+    s.add_argument("--coordinator", type=address_arg, required=True, metavar="ADDR", help="the cluster's coordinator")
     s.add_argument("--json", action="store_true", help="JSON instead of a table")
     s.add_argument("--timeout", type=positive_float, default=10.0, metavar="S", help="how long to wait for answers")
     add_tls_flags(s, server=False)

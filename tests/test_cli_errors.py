@@ -174,6 +174,13 @@ def cases(tmp: Path) -> dict[str, Case]:
         "seed file not UTF-8": Case(
             ["seed", "--node", DOWN, "--seeds-file", str(binary_seeds)], 2, ("--seeds-file", "not UTF-8"), out=False
         ),
+        "seed empty node": Case(["seed", "--node", "", SEED], 2, ("--node", "empty address"), out=False),
+        "worker empty node": Case(["worker", "--node", " "], 2, ("--node", "empty address"), out=False),
+        "report empty node": Case(["report", "--node", ""], 2, ("--node", "empty address"), out=False),
+        "status empty coordinator": Case(
+            ["status", "--coordinator", ""], 2, ("--coordinator", "empty address"), out=False
+        ),
+        "env empty node": Case(["report"], 2, ("HOSTRING_NODE", "empty address"), env={"HOSTRING_NODE": ""}, out=False),
         "seed bad URL": Case(["seed", "--node", DOWN, "ftp://x/"], 2, ("not a crawlable URL",), out=False),
         "report no store": Case(
             ["report", "--store", f"sqlite:///{tmp / 'none.sqlite3'}"], 2, ("--store", "no store"), out=False
