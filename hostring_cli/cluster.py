@@ -336,9 +336,10 @@ def cmd_seed(args: argparse.Namespace) -> int:
 
 def _host_name(text: str) -> str:
     """A host as the frontier keys it (lower case, no trailing dot); a URL is accepted for convenience."""
-    if "://" in text:
-        text = urlsplit(text).hostname or ""
-    host = text.strip().lower().rstrip(".")
+    try:
+        host = (urlsplit(text).hostname or "" if "://" in text else text).strip().lower().rstrip(".")
+    except ValueError as e:  # urlsplit: an unclosed [IPv6 bracket
+        raise UsageError(f"not a host name or URL: {text!r} ({e})") from None
     if not host:
         raise UsageError(f"not a host name: {text!r}")
     return host

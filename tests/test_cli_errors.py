@@ -194,6 +194,9 @@ def cases(tmp: Path) -> dict[str, Case]:
         "hosts policy without a change": Case(
             ["hosts", "policy", "a.example", "--node", DOWN], 2, ("--delay", "--concurrency"), out=False
         ),
+        "hosts bad URL": Case(
+            ["hosts", "show", "http://[::1", "--node", DOWN], 2, ("not a host name or URL", "http://[::1"), out=False
+        ),
         "hosts bad limit": Case(["hosts", "list", "--node", DOWN, "--limit", "0"], 2, ("--limit",), out=False),
         "demo bad delay": Case(["demo", "--delay", "-1"], 2, ("--delay",), out=False),
         "unknown command": Case(["crawlx"], 2, ("invalid choice",), out=False),
