@@ -175,9 +175,20 @@ def load_admin_token(path: str | None = None, environ: Mapping[str, str] | None 
         token = (_read(path, "admin token file") or b"").decode("utf-8", errors="replace").strip()
         if not token:
             raise SecurityConfigError(f"admin token file {path} holds no token")
-        return token
+        return _header_safe(token, f"admin token file {path}")
     env = os.environ if environ is None else environ
-    return env.get(ADMIN_TOKEN_ENV, "").strip() or None
+    return _header_safe(env.get(ADMIN_TOKEN_ENV, "").strip(), f"${ADMIN_TOKEN_ENV}") or None
+
+
+def _header_safe(token: str, source: str) -> str:
+    """The token, if gRPC metadata can carry it (printable ASCII); a client could not send it otherwise."""
+    for i, ch in enumerate(token):
+        if not " " <= ch <= "~":
+            raise SecurityConfigError(
+                f"the admin token in {source} has a character gRPC metadata cannot carry at position {i + 1} "
+                "(a line break, a control or non-ASCII character); use printable ASCII only"
+            )
+    return token
 
 
 def admin_metadata(token: str | None) -> tuple[tuple[str, str], ...]:

@@ -57,6 +57,8 @@ def cases(tmp: Path) -> dict[str, Case]:
     binary_scope.write_bytes(b"a.example\n\xff\xfe\n")
     binary_toml = tmp / "binary.toml"
     binary_toml.write_bytes(b"fetchers = 4\n\xff\xfe\n")
+    odd_token = tmp / "odd-token"
+    odd_token.write_bytes(b"s3cr\xc3\xa9t\n")
     share_toml = tmp / "share.toml"
     share_toml.write_text("revisit-share = 2\n")
     empty = tmp / "empty-dir"
@@ -196,6 +198,19 @@ def cases(tmp: Path) -> dict[str, Case]:
         ),
         "hosts bad URL": Case(
             ["hosts", "show", "http://[::1", "--node", DOWN], 2, ("not a host name or URL", "http://[::1"), out=False
+        ),
+        "admin token not ASCII": Case(
+            ["hosts", "pause", "a.example", "--node", DOWN, "--admin-token-file", str(odd_token)],
+            2,
+            ("odd-token", "printable ASCII"),
+            out=False,
+        ),
+        "admin token with a line break": Case(
+            ["hosts", "pause", "a.example", "--node", DOWN],
+            2,
+            ("$HOSTRING_ADMIN_TOKEN", "printable ASCII"),
+            env={"HOSTRING_ADMIN_TOKEN": "one\ntwo"},
+            out=False,
         ),
         "hosts bad limit": Case(["hosts", "list", "--node", DOWN, "--limit", "0"], 2, ("--limit",), out=False),
         "demo bad delay": Case(["demo", "--delay", "-1"], 2, ("--delay",), out=False),
