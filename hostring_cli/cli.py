@@ -292,7 +292,13 @@ def cmd_crawl(args: argparse.Namespace) -> int:
     seeds_file = Path(args.seeds_file) if args.seeds_file else None
     seeds = read_seeds(args.seeds, seeds_file)
     if not seeds and not args.resume:
-        seeds = read_seeds([str(s) for s in settings.config.get("seeds", [])], None)
+        table = settings.config.get("crawl", {})  # seeds = [...] at the top or in the [crawl] table
+        listed = settings.config.get("seeds", table.get("seeds", []) if isinstance(table, dict) else [])
+        if not isinstance(listed, list):
+            raise UsageError(
+                f'--config: seeds must be a list of URLs, e.g. seeds = ["https://example.org/"], not {listed!r}'
+            )
+        seeds = read_seeds([str(s) for s in listed], None)
     if not seeds and not args.resume:
         raise UsageError("give at least one SEED URL (or --seeds-file FILE, or --resume to continue a crawl)")
     opts = _crawl_options(args, seeds, settings, stored)

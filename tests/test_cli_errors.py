@@ -59,6 +59,10 @@ def cases(tmp: Path) -> dict[str, Case]:
     binary_toml.write_bytes(b"fetchers = 4\n\xff\xfe\n")
     odd_token = tmp / "odd-token"
     odd_token.write_bytes(b"s3cr\xc3\xa9t\n")
+    seeds_toml = tmp / "seeds.toml"
+    seeds_toml.write_text('seeds = "http://a.example/"\n')
+    table_seeds_toml = tmp / "table-seeds.toml"
+    table_seeds_toml.write_text('[crawl]\nseeds = ["notaurl"]\n')
     share_toml = tmp / "share.toml"
     share_toml.write_text("revisit-share = 2\n")
     empty = tmp / "empty-dir"
@@ -97,6 +101,12 @@ def cases(tmp: Path) -> dict[str, Case]:
         "missing config": Case(crawl("--config", str(tmp / "none.toml")), 2, ("--config", "no such file")),
         "config not TOML": Case(crawl("--config", str(bad_toml)), 2, ("not valid TOML", "line 2")),
         "config not UTF-8": Case(crawl("--config", str(binary_toml)), 2, ("--config", "binary.toml", "not UTF-8")),
+        "config seeds not a list": Case(
+            ["crawl", "--out", "OUT", "--config", str(seeds_toml)], 2, ("seeds must be a list", "http://a.example/")
+        ),
+        "config seeds in the crawl table": Case(
+            ["crawl", "--out", "OUT", "--config", str(table_seeds_toml)], 2, ("not a crawlable URL", "notaurl")
+        ),
         "config typo": Case(crawl("--config", str(typo_toml)), 2, ("unknown setting 'delya'",)),
         "config bad value": Case(crawl("--config", str(typed_toml)), 2, ("fetchers", ">= 1")),
         "env bad value": Case(crawl(), 2, ("HOSTRING_FETCHERS", ">= 1"), env={"HOSTRING_FETCHERS": "0"}),
