@@ -138,13 +138,20 @@ def _shows_default(default: object) -> bool:
 # ---------------------------------------------------------------------------------------------- value checks
 
 
+LARGEST = 2**53
+"""The largest number (of seconds, pages, bytes) an option takes: beyond it a float no longer holds every integer,
+and seconds as int64 milliseconds (a lease's deadline on the wire) overflow."""
+
+
 def _number(text: str, kind: Callable[[str], float], name: str) -> float:
     try:
         value = kind(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not {name}: {text!r}") from None
-    if not math.isfinite(value):
+    if isinstance(value, float) and not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"not a finite number: {text!r}")
+    if abs(value) > LARGEST:
+        raise argparse.ArgumentTypeError(f"out of range: {text!r} (at most 2^53 = {LARGEST})")
     return value
 
 
@@ -190,6 +197,8 @@ def duration(text: str) -> float:
     seconds = float(m.group(1)) * _UNIT_S[(m.group(2) or "s").lower()] if m is not None else math.nan
     if not math.isfinite(seconds):
         raise argparse.ArgumentTypeError(f"{text!r} is not a duration; {DURATION_HINT}")
+    if seconds > LARGEST:
+        raise argparse.ArgumentTypeError(f"{text!r} is out of range (at most 2^53 = {LARGEST} seconds)")
     return seconds
 
 

@@ -80,6 +80,12 @@ def cases(tmp: Path) -> dict[str, Case]:
         "max-pages 0": Case(crawl("--max-pages", "0"), 2, ("--max-pages",)),
         "delay -1": Case(crawl("--delay", "-1"), 2, ("--delay",)),
         "delay nan": Case(crawl("--delay", "nan"), 2, ("--delay", "finite")),
+        "max-pages of 400 digits": Case(crawl("--max-pages", "1" + "0" * 400), 2, ("--max-pages", "out of range")),
+        "env max-depth of 400 digits": Case(
+            crawl(), 2, ("HOSTRING_MAX_DEPTH", "out of range"), env={"HOSTRING_MAX_DEPTH": "9" * 400}
+        ),
+        "lease beyond int64 milliseconds": Case(crawl("--lease-s", "1e307"), 2, ("--lease-s", "out of range", "2^53")),
+        "revisit interval beyond range": Case(crawl("--revisit-interval", "1e300d"), 2, ("--revisit-interval", "2^53")),
         "bad CIDR": Case(crawl("--allow-network", "10.0.0.0/33"), 2, ("--allow-network", "CIDR")),
         "bad duration": Case(crawl("--idle-exit", "soon"), 2, ("--idle-exit", "duration")),
         "port too big": Case(crawl("--metrics-port", "70000"), 2, ("--metrics-port",)),
