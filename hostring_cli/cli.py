@@ -217,6 +217,7 @@ def cmd_node(args: argparse.Namespace) -> int:
     if args.exit_with_parent is not None:
         exit_with_parent(args.exit_with_parent)
     from frontier_node.server import serve_forever, start_node, stop_signals
+    from frontier_node.store.sqlite import StoreSchemaError
 
     mode, scope_file = scope_setting(args.scope, args.scope_file)
     config = frontier_config(args, mode)
@@ -255,7 +256,11 @@ def cmd_node(args: argparse.Namespace) -> int:
         raise errors.redis_failure(e, args.store, "--store") from None
     except ValueError as e:
         raise UsageError(str(e)) from e
+    except StoreSchemaError as e:
+        raise UsageError(f"--store {args.store}: {e}") from e
     except OSError as e:
+        if e.filename is not None:  # the store's file or directory, not a port
+            raise UsageError(f"--store {args.store}: cannot open {e.filename}: {e.strerror}") from e
         raise errors.DependencyError(
             f"cannot start: {e.strerror or e} (--listen {args.listen}, --metrics-port {args.metrics_port}, "
             f"--store {args.store}); free the port or pick another"

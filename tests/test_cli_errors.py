@@ -165,6 +165,18 @@ def cases(tmp: Path) -> dict[str, Case]:
             ("--listen 0.0.0.0:0", "--advertise"),
             out=False,
         ),
+        "node store not SQLite": Case(
+            ["node", "--store", f"sqlite:///{a_file}", "--listen", "127.0.0.1:0"],
+            2,
+            ("--store", "not a usable SQLite store"),
+            out=False,
+        ),
+        "node store under /proc": Case(
+            ["node", "--store", "sqlite:////proc/hostring-test/x.sqlite3", "--listen", "127.0.0.1:0"],
+            2,
+            ("--store", "cannot open /proc/hostring-test"),
+            out=False,
+        ),
         "node weight 0": Case(["node", "--weight", "0"], 2, ("--weight",), out=False),
         "node redis down": Case(
             ["node", "--coordinator", DOWN, "--store", "redis://127.0.0.1:1/0", "--listen", "127.0.0.1:0"],
