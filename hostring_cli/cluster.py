@@ -12,6 +12,7 @@ import contextlib
 import json
 import logging
 import signal
+import socket
 import sys
 from collections import Counter
 from collections.abc import Iterator
@@ -44,9 +45,11 @@ from hostring_cli.args import address as address_arg
 from hostring_cli.args import user_agent as agent_arg
 from hostring_cli.errors import DependencyError, redis_errors, redis_failure, rpc_failure
 from hostring_cli.parent import exit_with_parent
-from hostring_cli.workers import COUNTS_EVERY_S, worker_counts, write_counts
+from hostring_cli.workers import COUNTS_EVERY_S, Counts, worker_counts, write_counts
 
 if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
     from fetch_worker.metrics import WorkerMetrics
     from fetch_worker.worker import Worker
 
@@ -133,9 +136,8 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
     metrics = ""
     if args.metrics_port is not None:
         from coordinator.metrics import coordinator_registry
-        from hostring.metrics import serve_metrics
 
-        bound = serve_metrics(
+        bound = _serve_metrics(
             args.metrics_port,
             coordinator_registry(coord.service.membership, coord.redis_client),
             f"{args.metrics_listen}:0" if args.metrics_listen else args.listen,
@@ -160,13 +162,22 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from fetch_worker.worker import Worker
     from hostring.client import Router, StaticRouter
     from hostring.membership import RingWatcher
-    from hostring.metrics import serve_metrics
 
     try:
         policy = NetworkPolicy(args.allow_network)
     except ValueError as e:
         raise UsageError(f"--allow-network: {e}") from e
     tls = tls_from(args)
+    try:  # before connecting: a place the worker cannot write to is a usage error, not a failure at its end
+        if args.out:
+            Path(args.out).mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"--out {args.out}: cannot create it ({e.strerror}); give a writable directory") from e
+    try:
+        if args.counts_file:
+            write_counts(Path(args.counts_file), Counts())
+    except OSError as e:
+        raise UsageError(f"--counts-file {args.counts_file}: cannot write it ({e.strerror})") from e
 
     async def run() -> None:
         router: Router
@@ -200,7 +211,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         logs.bind(role="worker", worker=worker.worker_id)
         announce = ""
         if metrics is not None and args.metrics_port is not None:
-            bound = serve_metrics(args.metrics_port, metrics.registry, f"{args.metrics_listen}:0")
+            bound = _serve_metrics(args.metrics_port, metrics.registry, f"{args.metrics_listen}:0")
             announce = f", metrics on port {bound}"
         stop, force = asyncio.Event(), asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -226,6 +237,22 @@ def cmd_worker(args: argparse.Namespace) -> int:
         print(f"hostring worker: {e}", file=sys.stderr)
         return 3
     return 0
+
+
+def _serve_metrics(port: int, registry: CollectorRegistry, listen: str) -> int:
+    """serve_metrics, its failures in words: a host that does not resolve (exit 2), a port that cannot be bound."""
+    from hostring.metrics import serve_metrics
+
+    host = listen.rpartition(":")[0]
+    try:
+        return serve_metrics(port, registry, listen)
+    except socket.gaierror as e:
+        raise UsageError(f"--metrics-listen {host}: not a host or address here ({e.strerror})") from e
+    except OSError as e:
+        raise DependencyError(
+            f"cannot serve /metrics on {host or '0.0.0.0'}:{port}: {e.strerror or e}; free the port or pick another "
+            "--metrics-port (or --metrics-listen)"
+        ) from e
 
 
 async def _keep_counts(path: Path, worker: Worker, metrics: WorkerMetrics | None) -> None:

@@ -194,6 +194,15 @@ def cases(tmp: Path) -> dict[str, Case]:
         "worker bad user agent": Case(
             ["worker", "--node", DOWN, "--user-agent", "/1.0"], 2, ("--user-agent", "product token"), out=False
         ),
+        "worker out under /proc": Case(
+            ["worker", "--node", DOWN, "--out", "/proc/hostring-test/warc"], 2, ("--out", "cannot create"), out=False
+        ),
+        "worker counts file under /proc": Case(
+            ["worker", "--node", DOWN, "--counts-file", "/proc/hostring-test/counts.json"],
+            2,
+            ("--counts-file", "cannot write"),
+            out=False,
+        ),
         "worker coordinator down": Case(
             ["worker", "--coordinator", DOWN, "--connect-timeout", "1"], 1, ("coordinator at 127.0.0.1:1",), out=False
         ),
