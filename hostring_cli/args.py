@@ -260,6 +260,14 @@ def address(text: str) -> str:
     return text
 
 
+def nonblank_path(text: str) -> str:
+    """A file or directory name (--out, --seeds-file, --config): not blank, which would mean the current directory
+    (or, for a file, be ignored)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"an empty path: {text!r}; give a file or directory name")
+    return text
+
+
 def is_wildcard(address: str) -> bool:
     """Whether HOST:PORT listens on every interface (0.0.0.0, ::, or no host)."""
     host = address.rpartition(":")[0].strip("[]")

@@ -28,6 +28,7 @@ from hostring_cli.args import (
     is_wildcard,
     non_negative_float,
     non_negative_int,
+    nonblank_path,
     port,
     positive_float,
     positive_int,
@@ -182,7 +183,9 @@ def _scope_entries(path: Path | None) -> list[str]:
 
 def _scope_flags(p: argparse.ArgumentParser, default: str) -> None:
     p.add_argument("--scope", default=default, metavar="all|host|domain|FILE", help=SCOPE_HELP)
-    p.add_argument("--scope-file", metavar="FILE", help="the older spelling: --scope list --scope-file FILE")
+    p.add_argument(
+        "--scope-file", type=nonblank_path, metavar="FILE", help="the older spelling: --scope list --scope-file FILE"
+    )
 
 
 def _global_flags(p: argparse.ArgumentParser, *, top: bool) -> None:
@@ -204,6 +207,7 @@ def _global_flags(p: argparse.ArgumentParser, *, top: bool) -> None:
     )
     g.add_argument(
         "--config",
+        type=nonblank_path,
         metavar="FILE",
         help="a TOML settings file (keys: the long flags without dashes; [COMMAND] tables); or $HOSTRING_CONFIG",
         **default,
@@ -517,7 +521,7 @@ def build_parser() -> Parser:
         f"defaults. {EXIT_CODES}",
     )
     crawl.add_argument("seeds", nargs="*", metavar="SEED", help="start URLs")
-    crawl.add_argument("--seeds-file", metavar="FILE", help="more start URLs, one per line")
+    crawl.add_argument("--seeds-file", type=nonblank_path, metavar="FILE", help="more start URLs, one per line")
     _scope_flags(crawl, "domain")
     crawl.add_argument(
         "--allow-network",
@@ -527,7 +531,13 @@ def build_parser() -> Parser:
         metavar="CIDR",
         help="let the fetcher connect to these otherwise refused (loopback, private) addresses; repeatable",
     )
-    crawl.add_argument("--out", default="hostring-out", metavar="DIR", help="store, settings, WARC files and report")
+    crawl.add_argument(
+        "--out",
+        type=nonblank_path,
+        default="hostring-out",
+        metavar="DIR",
+        help="store, settings, WARC files and report",
+    )
     crawl.add_argument("--resume", action="store_true", help="continue the crawl in --out, with its stored settings")
     crawl.add_argument("--fetchers", type=positive_int, default=64, metavar="N", help="fetches in flight across hosts")
     crawl.add_argument(
@@ -610,7 +620,10 @@ def build_parser() -> Parser:
     source = report.add_mutually_exclusive_group()
     source.add_argument("--node", type=address, default="127.0.0.1:50051", metavar="HOST:PORT", help="a running node")
     source.add_argument(
-        "--store", metavar="sqlite:///PATH", help="a crawl's store, e.g. sqlite:///OUT/frontier.sqlite3"
+        "--store",
+        type=nonblank_path,
+        metavar="sqlite:///PATH",
+        help="a crawl's store, e.g. sqlite:///OUT/frontier.sqlite3",
     )
     report.add_argument("--json", action="store_true", help="the whole report as JSON instead of a summary")
     report.add_argument(

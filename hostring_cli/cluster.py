@@ -37,6 +37,7 @@ from hostring_cli.args import (
     cidr,
     host_port,
     non_negative_float,
+    nonblank_path,
     port,
     positive_float,
     positive_int,
@@ -709,7 +710,14 @@ def add_cluster_commands(sub: argparse._SubParsersAction[Parser], user_agent: st
     )
     sd.add_argument("urls", nargs="*", metavar="URL", help="start URLs")
     _node_or_coordinator(sd, "seed")
-    sd.add_argument("--seeds-file", "--file", dest="seeds_file", metavar="FILE", help="more start URLs, one per line")
+    sd.add_argument(
+        "--seeds-file",
+        "--file",
+        dest="seeds_file",
+        type=nonblank_path,
+        metavar="FILE",
+        help="more start URLs, one per line",
+    )
     sd.add_argument("--timeout", type=positive_float, default=30.0, metavar="S", help="how long to wait for answers")
     add_tls_flags(sd, server=False)
     sd.set_defaults(func=cmd_seed)

@@ -99,6 +99,16 @@ def cases(tmp: Path) -> dict[str, Case]:
         "scope file not UTF-8": Case(crawl("--scope", str(binary_scope)), 2, ("--scope", "binary-scope.txt", "UTF-8")),
         "missing scope file": Case(crawl("--scope", str(tmp / "none.txt")), 2, ("--scope", "all, host, domain")),
         "scope list without file": Case(crawl("--scope", "list"), 2, ("--scope-file",)),
+        # (a bad --fetchers after it: should --out "" pass again, the crawl stops there, not in the current directory)
+        "out empty": Case(["crawl", SEED, "--out", "", "--fetchers", "0"], 2, ("--out", "empty path"), out=False),
+        "env out blank": Case(
+            ["crawl", SEED],
+            2,
+            ("HOSTRING_OUT", "empty path"),
+            env={"HOSTRING_OUT": " ", "HOSTRING_FETCHERS": "0"},
+            out=False,
+        ),
+        "seeds file empty name": Case(crawl("--seeds-file", ""), 2, ("--seeds-file", "empty path")),
         "out is a file": Case(crawl(out=str(a_file)), 2, ("--out", "is a file"), out=False),
         "out under a file": Case(crawl(out=str(a_file / "sub")), 2, ("--out", "is a file"), out=False),
         "out under /proc": Case(crawl(out="/proc/hostring-test/out"), 2, ("--out", "cannot create"), out=False),
@@ -221,6 +231,7 @@ def cases(tmp: Path) -> dict[str, Case]:
         ),
         "env empty node": Case(["report"], 2, ("HOSTRING_NODE", "empty address"), env={"HOSTRING_NODE": ""}, out=False),
         "seed bad URL": Case(["seed", "--node", DOWN, "ftp://x/"], 2, ("not a crawlable URL",), out=False),
+        "report empty store": Case(["report", "--store", ""], 2, ("--store", "empty path"), out=False),
         "report no store": Case(
             ["report", "--store", f"sqlite:///{tmp / 'none.sqlite3'}"], 2, ("--store", "no store"), out=False
         ),
