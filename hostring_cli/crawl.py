@@ -106,10 +106,18 @@ def read_seeds(urls: list[str], seeds_file: Path | None) -> list[str]:
         try:
             identify(seed)
         except UrlRejected as e:
-            bad.append(f"{seed!r} ({e.reason.value})")
+            shown = seed if len(seed) <= _SHOWN_CHARS else f"{seed[:_SHOWN_CHARS]}...({len(seed):,} characters)"
+            bad.append(f"{shown!r} ({e.reason.value})")
     if bad:
-        raise CrawlError(f"not a crawlable URL: {'; '.join(bad)}; give http:// or https:// URLs")
+        listed = "; ".join(bad[:_SHOWN_SEEDS]) + (
+            f"; and {len(bad) - _SHOWN_SEEDS} more" if len(bad) > _SHOWN_SEEDS else ""
+        )
+        raise CrawlError(f"not a crawlable URL: {listed}; give http:// or https:// URLs")
     return seeds
+
+
+_SHOWN_SEEDS = 10  # a refused seeds file is named by its first few bad lines, each cut short: one readable line
+_SHOWN_CHARS = 200
 
 
 # ---------------------------------------------------------------------------------------------- the node child

@@ -55,6 +55,8 @@ def cases(tmp: Path) -> dict[str, Case]:
     binary_seeds.write_bytes(b"http://a.example/\n\xff\xfe\n")
     binary_scope = tmp / "binary-scope.txt"
     binary_scope.write_bytes(b"a.example\n\xff\xfe\n")
+    huge_seed = tmp / "huge-seed.txt"
+    huge_seed.write_text("http://a.example/" + "a" * 1_000_000 + "\n")
     binary_toml = tmp / "binary.toml"
     binary_toml.write_bytes(b"fetchers = 4\n\xff\xfe\n")
     odd_token = tmp / "odd-token"
@@ -95,6 +97,9 @@ def cases(tmp: Path) -> dict[str, Case]:
         "seed not a URL": Case(["crawl", "notaurl", "--out", "OUT"], 2, ("not a crawlable URL", "http://")),
         "no seed": Case(["crawl", "--out", "OUT"], 2, ("SEED", "--resume")),
         "missing seeds file": Case(crawl("--seeds-file", str(tmp / "none.txt")), 2, ("--seeds-file", "none.txt")),
+        "seeds file of one huge line": Case(
+            crawl("--seeds-file", str(huge_seed)), 2, ("1,000,017 characters", "too_long")
+        ),
         "seeds file not UTF-8": Case(crawl("--seeds-file", str(binary_seeds)), 2, ("--seeds-file", "not UTF-8")),
         "scope file not UTF-8": Case(crawl("--scope", str(binary_scope)), 2, ("--scope", "binary-scope.txt", "UTF-8")),
         "missing scope file": Case(crawl("--scope", str(tmp / "none.txt")), 2, ("--scope", "all, host, domain")),
