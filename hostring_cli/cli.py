@@ -229,6 +229,7 @@ def cmd_node(args: argparse.Namespace) -> int:
     if args.coordinator:
         if not args.store.startswith(("redis://", "rediss://")):
             raise UsageError("a node in a cluster keeps its state in Redis: give --store redis://HOST:PORT/DB")
+        errors.check_redis_url(args.store, "--store")
         if not advertise:
             if is_wildcard(args.listen):
                 raise UsageError(

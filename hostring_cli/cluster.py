@@ -44,7 +44,7 @@ from hostring_cli.args import (
 )
 from hostring_cli.args import address as address_arg
 from hostring_cli.args import user_agent as agent_arg
-from hostring_cli.errors import DependencyError, redis_errors, redis_failure, rpc_failure
+from hostring_cli.errors import DependencyError, check_redis_url, redis_errors, redis_failure, rpc_failure
 from hostring_cli.parent import exit_with_parent
 from hostring_cli.workers import COUNTS_EVERY_S, Counts, worker_counts, write_counts
 
@@ -121,6 +121,8 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
     from coordinator.server import serve_forever, start_coordinator
 
     tls = tls_from(args)
+    if args.redis:
+        check_redis_url(args.redis, "--redis")
     logs.bind(role="coordinator")
     try:
         coord = start_coordinator(

@@ -52,6 +52,16 @@ def redis_failure(e: Exception, url: str, flag: str) -> DependencyError:
     return DependencyError(f"cannot use Redis at {url}: {e}; start Redis or give the right {flag} URL")
 
 
+def check_redis_url(url: str, flag: str) -> None:
+    """A usage error for a Redis URL redis-py cannot parse (no scheme, a port that is no port), before any connect."""
+    from redis.connection import parse_url
+
+    try:
+        parse_url(url)  # type: ignore[no-untyped-call]
+    except ValueError as e:
+        raise UsageError(f"{flag} {url}: {e}") from None
+
+
 def run(func: Callable[[], int], *, debug: Callable[[], bool]) -> int:
     """Run a command; map what it raises to one line and an exit code (`debug()`: let a traceback through)."""
     try:

@@ -199,6 +199,18 @@ def cases(tmp: Path) -> dict[str, Case]:
             ("Redis at redis://127.0.0.1:1/0", "--store"),
             out=False,
         ),
+        "coordinator redis not a URL": Case(
+            ["coordinator", "--redis", "127.0.0.1:6379", "--listen", "127.0.0.1:0"],
+            2,
+            ("--redis", "redis://"),
+            out=False,
+        ),
+        "node redis port not a port": Case(
+            ["node", "--coordinator", DOWN, "--store", "redis://127.0.0.1:99999/0", "--listen", "127.0.0.1:0"],
+            2,
+            ("--store redis://127.0.0.1:99999/0", "Port"),
+            out=False,
+        ),
         "coordinator redis down": Case(
             ["coordinator", "--redis", "redis://127.0.0.1:1/0", "--listen", "127.0.0.1:0"],
             1,
