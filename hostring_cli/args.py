@@ -284,6 +284,16 @@ def read_text(path: Path, what: str) -> str:
         raise UsageError(f"cannot read {what} {path}: not UTF-8 text (byte {e.start})") from None
 
 
+def make_dir(path: str, flag: str) -> Path:
+    """Directory `path` (and its parents), made now, or a usage error naming `flag` (--out /proc/x, --out FILE)."""
+    try:
+        made = Path(path)
+        made.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"{flag} {path}: cannot create it ({e.strerror}); give a writable directory") from e
+    return made
+
+
 def die(message: str, code: int = EXIT_USAGE) -> NoReturn:
     """Print `hostring: message` on stderr and exit (for checks outside the parser)."""
     print(f"hostring: {message}", file=sys.stderr)

@@ -26,6 +26,7 @@ from hostring_cli.args import (
     duration,
     host_port,
     is_wildcard,
+    make_dir,
     non_negative_float,
     non_negative_int,
     nonblank_path,
@@ -409,6 +410,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
             "demo needs the loopback test web (package hostring_testing), which this install leaves out "
             "(the container image ships no test support); run it from a source checkout: pip install -e ."
         ) from None
+    if args.out:
+        make_dir(args.out, "--out")
     return run_demo(out=args.out, delay=args.delay)
 
 

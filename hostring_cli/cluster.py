@@ -36,6 +36,7 @@ from hostring_cli.args import (
     UsageError,
     cidr,
     host_port,
+    make_dir,
     non_negative_float,
     nonblank_path,
     port,
@@ -171,11 +172,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise UsageError(f"--allow-network: {e}") from e
     tls = tls_from(args)
-    try:  # before connecting: a place the worker cannot write to is a usage error, not a failure at its end
-        if args.out:
-            Path(args.out).mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise UsageError(f"--out {args.out}: cannot create it ({e.strerror}); give a writable directory") from e
+    if args.out:  # before connecting: a place the worker cannot write to is a usage error, not a failure at its end
+        make_dir(args.out, "--out")
     try:
         if args.counts_file:
             write_counts(Path(args.counts_file), Counts())

@@ -278,6 +278,10 @@ def cases(tmp: Path) -> dict[str, Case]:
             out=False,
         ),
         "hosts bad limit": Case(["hosts", "list", "--node", DOWN, "--limit", "0"], 2, ("--limit",), out=False),
+        "demo out under /proc": Case(
+            ["demo", "--out", "/proc/hostring-test/demo"], 2, ("--out", "cannot create"), out=False
+        ),
+        "demo out is a file": Case(["demo", "--out", str(a_file)], 2, ("--out", "cannot create"), out=False),
         "demo bad delay": Case(["demo", "--delay", "-1"], 2, ("--delay",), out=False),
         "unknown command": Case(["crawlx"], 2, ("invalid choice",), out=False),
         "unknown flag": Case(["crawl", SEED, "--delya", "1"], 2, ("unrecognized arguments: --delya",), out=False),
