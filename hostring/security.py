@@ -73,6 +73,15 @@ def _read(path: str | os.PathLike[str] | None, what: str) -> bytes | None:
     return data
 
 
+def _pem(path: str | None, what: str) -> bytes | None:
+    """A PEM file's bytes; refused here when it holds no PEM block, which gRPC reports only as a failed connection
+    or bind ("cannot reach", "could not listen")."""
+    data = _read(path, what)
+    if data is not None and b"-----BEGIN " not in data:
+        raise SecurityConfigError(f"{what} {path} is not a PEM file (no '-----BEGIN ...' line)")
+    return data
+
+
 @dataclass(frozen=True)
 class TlsConfig:
     """PEM material for one process; empty means plaintext. Build with `from_args` or `from_files`."""
@@ -88,7 +97,7 @@ class TlsConfig:
     @classmethod
     def from_files(cls, cert: str | None = None, key: str | None = None, ca: str | None = None) -> TlsConfig:
         """Read the PEM files that are given (None or '' = not given)."""
-        return cls(_read(cert, "TLS certificate"), _read(key, "TLS key"), _read(ca, "TLS CA bundle"))
+        return cls(_pem(cert, "TLS certificate"), _pem(key, "TLS key"), _pem(ca, "TLS CA bundle"))
 
     @classmethod
     def from_args(cls, args: object) -> TlsConfig:

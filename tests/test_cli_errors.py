@@ -252,6 +252,28 @@ def cases(tmp: Path) -> dict[str, Case]:
         "report no store": Case(
             ["report", "--store", f"sqlite:///{tmp / 'none.sqlite3'}"], 2, ("--store", "no store"), out=False
         ),
+        "report TLS CA not PEM": Case(
+            ["report", "--node", DOWN, "--timeout", "1", "--tls-ca", str(a_file)],
+            2,
+            ("a-file", "not a PEM file"),
+            out=False,
+        ),
+        "node TLS certificate not PEM": Case(
+            [
+                "node",
+                "--store",
+                "memory://",
+                "--listen",
+                "127.0.0.1:0",
+                "--tls-cert",
+                str(a_file),
+                "--tls-key",
+                str(a_file),
+            ],
+            2,
+            ("TLS certificate", "not a PEM file"),
+            out=False,
+        ),
         "report node down": Case(
             ["report", "--node", DOWN, "--timeout", "1"], 1, ("frontier node at 127.0.0.1:1",), out=False
         ),
