@@ -168,6 +168,11 @@ def scope_setting(scope: str, scope_file: str | None) -> tuple[str, Path | None]
     path = Path(scope_file) if scope == "list" and scope_file else None if scope == "list" else Path(scope)
     if path is None:
         raise UsageError("--scope list needs --scope-file FILE (or give --scope FILE)")
+    if not scope.strip():
+        raise UsageError("--scope is empty; give all, host, domain or a file of hosts")
+    if path.is_dir():
+        flag = "--scope-file" if scope == "list" else "--scope"
+        raise UsageError(f"{flag} {path} is a directory; give all, host, domain or a file of hosts")
     if not path.is_file():
         raise UsageError(f"--scope {scope}: no such file {str(path)!r}; give all, host, domain or a file of hosts")
     return "list", path

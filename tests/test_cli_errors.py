@@ -103,6 +103,8 @@ def cases(tmp: Path) -> dict[str, Case]:
         "seeds file not UTF-8": Case(crawl("--seeds-file", str(binary_seeds)), 2, ("--seeds-file", "not UTF-8")),
         "scope file not UTF-8": Case(crawl("--scope", str(binary_scope)), 2, ("--scope", "binary-scope.txt", "UTF-8")),
         "missing scope file": Case(crawl("--scope", str(tmp / "none.txt")), 2, ("--scope", "all, host, domain")),
+        "scope a directory": Case(crawl("--scope", str(empty)), 2, ("--scope", "is a directory")),
+        "scope empty": Case(crawl("--scope", ""), 2, ("--scope is empty", "all, host, domain")),
         "scope list without file": Case(crawl("--scope", "list"), 2, ("--scope-file",)),
         # (a bad --fetchers after it: should --out "" pass again, the crawl stops there, not in the current directory)
         "out empty": Case(["crawl", SEED, "--out", "", "--fetchers", "0"], 2, ("--out", "empty path"), out=False),
