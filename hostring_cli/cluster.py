@@ -399,10 +399,13 @@ def _node_for(args: argparse.Namespace, tls: TlsConfig, host: str | None) -> lis
 
 
 @contextlib.contextmanager
-def _frontier(tls: TlsConfig, address: str) -> Iterator[pb_grpc.FrontierStub]:
-    """A Frontier stub on a channel closed when the block ends."""
+def _frontier(tls: TlsConfig, address: str, flag: str = "--node") -> Iterator[pb_grpc.FrontierStub]:
+    """A Frontier stub on a channel closed when the block ends; a failed call is said in words naming `flag`."""
     with tls.channel(address) as channel:
-        yield pb_grpc.FrontierStub(channel)  # type: ignore[no-untyped-call]
+        try:
+            yield pb_grpc.FrontierStub(channel)  # type: ignore[no-untyped-call]
+        except grpc.RpcError as e:
+            raise rpc_failure(e, "frontier node", address, flag) from None
 
 
 def _fmt_next(seconds: float) -> str:
@@ -446,6 +449,11 @@ def print_host(r: dict[str, Any]) -> None:
         print(f"{'robots' if i == 0 else '':<13} {robots}")
 
 
+def _where(args: argparse.Namespace) -> str:
+    """The flag that chose the node a hosts command asks (for its error line)."""
+    return "--node" if args.node else f"found through --coordinator {args.coordinator}"
+
+
 def _emit(args: argparse.Namespace, row: dict[str, Any]) -> None:
     if args.json:
         json.dump(row, sys.stdout, indent=2, sort_keys=True)
@@ -458,7 +466,7 @@ def cmd_hosts_list(args: argparse.Namespace) -> int:
     tls = tls_from(args)
     rows: list[dict[str, Any]] = []
     for address in _node_for(args, tls, None):
-        with _frontier(tls, address) as stub:
+        with _frontier(tls, address, _where(args)) as stub:
             resp = stub.ListHosts(
                 pb.ListHostsRequest(limit=args.limit, only_with_work=args.with_work), timeout=args.timeout
             )
@@ -480,7 +488,7 @@ def cmd_hosts_show(args: argparse.Namespace) -> int:
     tls = tls_from(args)
     host = _host_name(args.host)
     (address,) = _node_for(args, tls, host)
-    with _frontier(tls, address) as stub:
+    with _frontier(tls, address, _where(args)) as stub:
         _emit(args, _host_row(stub.GetHost(pb.GetHostRequest(host=host), timeout=args.timeout), address))
     return 0
 
@@ -489,7 +497,7 @@ def _admin_call(args: argparse.Namespace, method: str, request: Any) -> int:
     tls = tls_from(args)
     metadata = admin_metadata(token_from(args))
     (address,) = _node_for(args, tls, request.host)
-    with _frontier(tls, address) as stub:
+    with _frontier(tls, address, _where(args)) as stub:
         info = getattr(stub, method)(request, timeout=args.timeout, metadata=metadata)
         _emit(args, _host_row(info, address))
     return 0

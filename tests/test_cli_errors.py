@@ -282,6 +282,12 @@ def cases(tmp: Path) -> dict[str, Case]:
         "status coordinator down": Case(
             ["status", "--coordinator", DOWN, "--timeout", "1"], 1, ("coordinator at 127.0.0.1:1",), out=False
         ),
+        "hosts node down": Case(
+            ["hosts", "list", "--node", DOWN, "--timeout", "1"],
+            1,
+            ("frontier node at 127.0.0.1:1", "--node"),
+            out=False,
+        ),
         "hosts policy without a change": Case(
             ["hosts", "policy", "a.example", "--node", DOWN], 2, ("--delay", "--concurrency"), out=False
         ),
