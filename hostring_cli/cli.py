@@ -341,6 +341,11 @@ def _crawl_options(
         NetworkPolicy(args.allow_network)
     except ValueError as e:
         raise UsageError(f"--allow-network: {e}") from e
+    if args.metrics_port == 0:
+        raise UsageError(
+            "--metrics-port 0: the crawl serves the worker's /metrics on PORT and the node's on PORT+1 (port 1 "
+            "here); give a free port, e.g. --metrics-port 9100"
+        )
     if args.metrics_port is not None and args.metrics_port + args.workers > 65535:
         last = 65535 - args.workers
         raise UsageError(

@@ -91,6 +91,7 @@ def cases(tmp: Path) -> dict[str, Case]:
         "bad CIDR": Case(crawl("--allow-network", "10.0.0.0/33"), 2, ("--allow-network", "CIDR")),
         "bad duration": Case(crawl("--idle-exit", "soon"), 2, ("--idle-exit", "duration")),
         "port too big": Case(crawl("--metrics-port", "70000"), 2, ("--metrics-port",)),
+        "metrics port 0 for a crawl": Case(crawl("--metrics-port", "0"), 2, ("--metrics-port 0", "PORT+1")),
         "no port for the node": Case(crawl("--metrics-port", "65535"), 2, ("--metrics-port", "65534")),
         "bad user agent": Case(crawl("--user-agent", "bot9/1.0"), 2, ("--user-agent", "product token")),
         "bad log level": Case(crawl("--log-level", "LOUD"), 2, ("--log-level",)),
