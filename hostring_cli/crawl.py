@@ -409,6 +409,7 @@ def run_crawl(opts: CrawlOptions, out: TextIO = sys.stdout) -> int:
 
 
 def _run(opts: CrawlOptions, crawl_dir: CrawlDir, made: Made, out: TextIO) -> int:
+    before = _settings_before(crawl_dir) if opts.resume else None
     try:
         _write_settings(opts, crawl_dir)
         if opts.resume:
@@ -422,6 +423,8 @@ def _run(opts: CrawlOptions, crawl_dir: CrawlDir, made: Made, out: TextIO) -> in
     except BaseException:
         if not opts.resume:
             made.undo()
+        else:  # a resume that did not start changed nothing: not its settings, nor the history of runs
+            _restore_settings(crawl_dir, before)
         raise
     if opts.notice:
         print(f"hostring: {opts.notice}", file=sys.stderr, flush=True)
@@ -473,6 +476,22 @@ def _deferred(report: dict[str, Any], next_ready_s: float) -> list[dict[str, Any
             row["not_before"] = max(float(u.get("not_before") or 0.0), soonest)
             out.append(row)
     return out
+
+
+def _settings_before(crawl_dir: CrawlDir) -> bytes | None:
+    """OUT/crawl.toml as it is before a resume writes it (None: there is none)."""
+    try:
+        return crawl_dir.settings.read_bytes()
+    except OSError:
+        return None
+
+
+def _restore_settings(crawl_dir: CrawlDir, before: bytes | None) -> None:
+    with contextlib.suppress(OSError):
+        if before is None:
+            crawl_dir.settings.unlink(missing_ok=True)
+        else:
+            crawl_dir.settings.write_bytes(before)
 
 
 def _write_settings(opts: CrawlOptions, crawl_dir: CrawlDir) -> None:

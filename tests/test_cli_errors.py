@@ -402,6 +402,24 @@ def test_a_failed_start_leaves_no_half_made_out(tmp_path: Path) -> None:
     assert not (tmp_path / "deep").exists(), "the failed start left its directories behind"
 
 
+def test_a_resume_that_does_not_start_leaves_the_settings_as_they_were(tmp_path: Path) -> None:
+    """`crawl --resume` with a flag that keeps the node from starting (its metrics port is taken): exit 1, and
+    OUT/crawl.toml neither takes that flag's value nor records a run, so a plain --resume works as before."""
+    out = tmp_path / "out"
+    out.mkdir()
+    SqliteStore(out / "frontier.sqlite3").close()
+    settings = out / "crawl.toml"
+    settings.write_text('delay = 2.0\nseeds = ["http://a.example/"]\n\n[[runs]]\nhow = "start"\n')
+    before = settings.read_bytes()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        node_port = taken.getsockname()[1]
+        r = run_case(Case(["crawl", "--resume", "--out", "OUT", "--metrics-port", str(node_port - 1)], 1, ()), out)
+    assert r.code == 1 and "frontier node did not start" in r.stderr, r.stderr
+    assert settings.read_bytes() == before
+
+
 def test_a_closed_pipe_is_quiet(tmp_path: Path) -> None:
     """`hostring report --json | head -c 100`: the reader stops early; hostring ends quietly, exit 0."""
     path = tmp_path / "big.sqlite3"
