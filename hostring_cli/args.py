@@ -222,6 +222,12 @@ def user_agent(text: str) -> str:
         product_token(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+    for i, ch in enumerate(text):
+        if not " " <= ch <= "~":  # sent as a header on every request: a line break there fails every fetch
+            raise argparse.ArgumentTypeError(
+                f"User-Agent {text!r} has a character an HTTP header cannot carry at position {i + 1} (a line "
+                "break, a control or non-ASCII character); use printable ASCII only"
+            )
     return text
 
 

@@ -94,6 +94,15 @@ def cases(tmp: Path) -> dict[str, Case]:
         "metrics port 0 for a crawl": Case(crawl("--metrics-port", "0"), 2, ("--metrics-port 0", "PORT+1")),
         "no port for the node": Case(crawl("--metrics-port", "65535"), 2, ("--metrics-port", "65534")),
         "bad user agent": Case(crawl("--user-agent", "bot9/1.0"), 2, ("--user-agent", "product token")),
+        "user agent with a line break": Case(
+            ["worker", "--node", DOWN, "--user-agent", "bot/1.0\r\nX-Evil: 1"],
+            2,
+            ("--user-agent", "HTTP header cannot carry"),
+            out=False,
+        ),
+        "env user agent not ASCII": Case(
+            crawl(), 2, ("HOSTRING_USER_AGENT", "non-ASCII"), env={"HOSTRING_USER_AGENT": "bot/1.0 (caf\u00e9)"}
+        ),
         "bad log level": Case(crawl("--log-level", "LOUD"), 2, ("--log-level",)),
         "seed not a URL": Case(["crawl", "notaurl", "--out", "OUT"], 2, ("not a crawlable URL", "http://")),
         "no seed": Case(["crawl", "--out", "OUT"], 2, ("SEED", "--resume")),
