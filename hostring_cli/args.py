@@ -266,6 +266,16 @@ def address(text: str) -> str:
     return text
 
 
+def utf8(text: str) -> str:
+    """Text sent to a node as it is (a host, a URL, an id): valid UTF-8, which gRPC requires of a string field (an
+    argument with a byte that is not arrives with it as a lone surrogate, '\\udcff')."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise argparse.ArgumentTypeError(f"not UTF-8 text: {text!r}") from None
+    return text
+
+
 def nonblank_path(text: str) -> str:
     """A file or directory name (--out, --seeds-file, --config): not blank, which would mean the current directory
     (or, for a file, be ignored)."""

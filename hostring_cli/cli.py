@@ -35,6 +35,7 @@ from hostring_cli.args import (
     positive_int,
     read_text,
     user_agent,
+    utf8,
 )
 from hostring_cli.cluster import add_cluster_commands, add_tls_flags, add_token_flag, tls_from, token_from
 from hostring_cli.parent import exit_with_parent
@@ -496,7 +497,7 @@ def build_parser() -> Parser:
         metavar="HOST:PORT",
         help="address to serve on; port 0 picks",
     )
-    node.add_argument("--id", default="node-0", help="node id: its name in the ring")
+    node.add_argument("--id", type=utf8, default="node-0", help="node id: its name in the ring")
     node.add_argument(
         "--coordinator", default="", metavar="ADDR", help="join this coordinator's ring (needs a redis:// store)"
     )

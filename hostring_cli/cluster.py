@@ -42,6 +42,7 @@ from hostring_cli.args import (
     port,
     positive_float,
     positive_int,
+    utf8,
 )
 from hostring_cli.args import address as address_arg
 from hostring_cli.args import user_agent as agent_arg
@@ -552,7 +553,7 @@ def _add_hosts_commands(sub: argparse._SubParsersAction[Parser]) -> None:
     ls.set_defaults(func=cmd_hosts_list)
 
     show = verbs.add_parser("show", help="one host: queue, delay, backoff, robots", description="One host in detail.")
-    show.add_argument("host", metavar="HOST", help="a host name (or a URL on it)")
+    show.add_argument("host", type=utf8, metavar="HOST", help="a host name (or a URL on it)")
     common(show)
     show.set_defaults(func=cmd_hosts_show)
 
@@ -561,7 +562,7 @@ def _add_hosts_commands(sub: argparse._SubParsersAction[Parser]) -> None:
         ("resume", cmd_hosts_resume, "lease URLs of a paused HOST again (admin)"),
     ):
         p = verbs.add_parser(verb, help=text, description=text[0].upper() + text[1:] + ".")
-        p.add_argument("host", metavar="HOST", help="a host name (or a URL on it)")
+        p.add_argument("host", type=utf8, metavar="HOST", help="a host name (or a URL on it)")
         common(p, admin=True)
         p.set_defaults(func=func)
 
@@ -571,7 +572,7 @@ def _add_hosts_commands(sub: argparse._SubParsersAction[Parser]) -> None:
         description="Set HOST's politeness: minimum seconds between requests and requests in "
         "flight. Flags not given stay as they are.",
     )
-    pol.add_argument("host", metavar="HOST", help="a host name (or a URL on it)")
+    pol.add_argument("host", type=utf8, metavar="HOST", help="a host name (or a URL on it)")
     pol.add_argument(
         "--delay", type=non_negative_float, default=None, metavar="S", help="minimum seconds between two requests"
     )
@@ -631,7 +632,7 @@ def add_cluster_commands(sub: argparse._SubParsersAction[Parser], user_agent: st
         "second one hands them back at once.",
     )
     _node_or_coordinator(w, "lease from")
-    w.add_argument("--id", default="", help="worker id (default: random)")
+    w.add_argument("--id", type=utf8, default="", help="worker id (default: random)")
     w.add_argument(
         "--allow-network",
         action="append",

@@ -23,7 +23,7 @@ import grpc
 
 from frontier_node.core.config import REVISIT_POLICIES, RevisitConfig, revisit_config_problem
 from frontier_node.core.revisit import INTERVAL_BUCKETS, duration_text
-from hostring_cli.args import Parser, UsageError, address, positive_duration, positive_float
+from hostring_cli.args import Parser, UsageError, address, positive_duration, positive_float, utf8
 
 
 def revisit_policy(text: str) -> str:
@@ -301,7 +301,7 @@ def add_revisit_commands(sub: argparse._SubParsersAction[Parser]) -> None:
         description="Fetch URL again at --at (ISO 8601 or Unix seconds) or --in (a duration from now); now by "
         "default (as soon as its host's politeness allows).",
     )
-    rf.add_argument("url", metavar="URL", help="a fetched page (a URL or its fetch key)")
+    rf.add_argument("url", type=utf8, metavar="URL", help="a fetched page (a URL or its fetch key)")
     rf.add_argument("--at", default=None, metavar="TIME", help="when: ISO 8601 or Unix seconds (default: now)")
     rf.add_argument(
         "--in", dest="within", type=positive_duration, default=None, metavar="DUR", help="when: this long from now"
@@ -317,7 +317,7 @@ def add_revisit_commands(sub: argparse._SubParsersAction[Parser]) -> None:
         "--revisit-interval alone sets the bounds to interval / 10 and x 10, as on crawl and node. It applies "
         "from each page's next check on.",
     )
-    pol.add_argument("name", metavar="NAME", help="a host, or with --domain a registrable domain")
+    pol.add_argument("name", type=utf8, metavar="NAME", help="a host, or with --domain a registrable domain")
     pol.add_argument("--domain", action="store_true", help="NAME is a registrable domain: all its hosts")
     pol.add_argument("--revisit", type=revisit_policy, default=None, metavar="{off,fixed,adaptive}", help="policy")
     for flag, what in (("interval", "the (first) interval"), ("min", "shortest interval"), ("max", "longest interval")):

@@ -317,6 +317,13 @@ def cases(tmp: Path) -> dict[str, Case]:
             env={"HOSTRING_ADMIN_TOKEN": "one\ntwo"},
             out=False,
         ),
+        "hosts host not UTF-8": Case(
+            ["hosts", "show", "a\udcff.example", "--node", DOWN], 2, ("HOST", "not UTF-8"), out=False
+        ),
+        "revisit URL not UTF-8": Case(
+            ["revisit", "refetch", "http://a\udcff/", "--node", DOWN], 2, ("URL", "not UTF-8"), out=False
+        ),
+        "worker id not UTF-8": Case(["worker", "--node", DOWN, "--id", "w\udcff"], 2, ("--id", "not UTF-8"), out=False),
         "hosts bad limit": Case(["hosts", "list", "--node", DOWN, "--limit", "0"], 2, ("--limit",), out=False),
         "demo out under /proc": Case(
             ["demo", "--out", "/proc/hostring-test/demo"], 2, ("--out", "cannot create"), out=False
