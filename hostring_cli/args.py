@@ -155,16 +155,18 @@ def _number(text: str, kind: Callable[[str], float], name: str) -> float:
     return value
 
 
-def int_at_least(low: int) -> Callable[[str], int]:
-    """An integer >= low."""
+def int_at_least(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An integer >= low (and <= high, when given)."""
 
     def check(text: str) -> int:
         value = int(_number(text, int, "an integer"))
+        if high is not None and not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be an integer from {low} to {high}, not {text}")
         if value < low:
             raise argparse.ArgumentTypeError(f"must be an integer >= {low}, not {text}")
         return value
 
-    check.__name__ = f"integer >= {low}"
+    check.__name__ = f"integer >= {low}" if high is None else f"integer from {low} to {high}"
     return check
 
 

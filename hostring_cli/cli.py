@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from frontier_node.core.config import BudgetConfig, FrontierConfig, PolitenessConfig, RetryConfig
 from hostring import logs
+from hostring.ring import MAX_WEIGHT
 from hostring.text import escape_tree
 from hostring_cli import errors
 from hostring_cli.args import (
@@ -25,6 +26,7 @@ from hostring_cli.args import (
     cidr,
     duration,
     host_port,
+    int_at_least,
     is_wildcard,
     make_dir,
     non_negative_float,
@@ -508,7 +510,7 @@ def build_parser() -> Parser:
         metavar="HOST:PORT",
         help="address others reach this node at (default: the --listen address; required when it is a wildcard)",
     )
-    node.add_argument("--weight", type=positive_int, default=1, help="share of the ring")
+    node.add_argument("--weight", type=int_at_least(1, MAX_WEIGHT), default=1, help="share of the ring")
     node.add_argument("--metrics-port", type=port, default=None, metavar="PORT", help="serve Prometheus /metrics")
     node.add_argument(
         "--exit-with-parent",

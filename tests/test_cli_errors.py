@@ -205,6 +205,10 @@ def cases(tmp: Path) -> dict[str, Case]:
             out=False,
         ),
         "node weight 0": Case(["node", "--weight", "0"], 2, ("--weight",), out=False),
+        # (a bad --delay after it: should --weight 101 pass again, the node stops there instead of serving)
+        "node weight above the ring's bound": Case(
+            ["node", "--weight", "101", "--delay", "-1"], 2, ("--weight", "from 1 to 100"), out=False
+        ),
         "node redis down": Case(
             ["node", "--coordinator", DOWN, "--store", "redis://127.0.0.1:1/0", "--listen", "127.0.0.1:0"],
             1,
