@@ -1191,13 +1191,39 @@ def test_components(overlays, base) -> None:
 # === the command lines against the hostring CLI =======================================================================
 
 
+_COMPOSE_VARIABLE = re.compile(r"\$\{(\w+):-([^}]*)\}")
+_K8S_VARIABLE = re.compile(r"\$\((\w+)\)")
+
+
+def _k8s_env(container: dict[str, Any], objects: list[dict[str, Any]]) -> dict[str, str]:
+    """The container's environment as the kubelet expands $(NAME) in its args: values and ConfigMap keys (a field
+    or Secret reference stays as written here)."""
+    maps = {o["metadata"]["name"]: o.get("data", {}) for o in objects if o["kind"] == "ConfigMap"}
+    env = {}
+    for e in container.get("env", []):
+        ref = e.get("valueFrom", {}).get("configMapKeyRef")
+        if "value" in e:
+            env[e["name"]] = str(e["value"])
+        elif ref is not None:
+            env[e["name"]] = maps[ref["name"]][ref["key"]]
+    return env
+
+
 def _command_lines(compose: dict[str, Any], base, overlays) -> list[tuple[str, list[str]]]:
-    lines = [(f"compose {name}", list(map(str, svc["command"]))) for name, svc in _hostring_services(compose).items()]
+    """Every hostring command line of the deployments, with variables expanded as compose (unset: the default)
+    and the kubelet do before the CLI sees them."""
+    lines = [
+        (f"compose {name}", [_COMPOSE_VARIABLE.sub(lambda m: m.group(2), str(a)) for a in svc["command"]])
+        for name, svc in _hostring_services(compose).items()
+    ]
     for variant, objects in (("k8s", base), ("k8s+tls", overlays["tls"])):
         for workload, template in _pod_templates(objects):
             for container in template["spec"]["containers"]:
                 if _is_hostring_image(container["image"]):
-                    lines.append((f"{variant} {workload['metadata']['name']}", container["args"]))
+                    env = _k8s_env(container, objects)
+                    args = [_K8S_VARIABLE.sub(lambda m, env=env: env.get(m.group(1), m.group(0)), a)
+                            for a in container["args"]]  # fmt: skip
+                    lines.append((f"{variant} {workload['metadata']['name']}", args))
     return lines
 
 
