@@ -25,6 +25,7 @@ import grpc
 import grpc.aio
 
 from hostring.limits import grpc_options
+from hostring.text import unsendable_at
 
 if TYPE_CHECKING:  # the stubs make these generic; at run time they are plain classes
     _SyncInterceptor = grpc.ServerInterceptor[Any, Any]
@@ -191,12 +192,12 @@ def load_admin_token(path: str | None = None, environ: Mapping[str, str] | None 
 
 def _header_safe(token: str, source: str) -> str:
     """The token, if gRPC metadata can carry it (printable ASCII); a client could not send it otherwise."""
-    for i, ch in enumerate(token):
-        if not " " <= ch <= "~":
-            raise SecurityConfigError(
-                f"the admin token in {source} has a character gRPC metadata cannot carry at position {i + 1} "
-                "(a line break, a control or non-ASCII character); use printable ASCII only"
-            )
+    at = unsendable_at(token)
+    if at is not None:
+        raise SecurityConfigError(
+            f"the admin token in {source} has a character gRPC metadata cannot carry at position {at} "
+            "(a line break, a control or non-ASCII character); use printable ASCII only"
+        )
     return token
 
 

@@ -28,6 +28,14 @@ def has_control(text: str) -> bool:
     return _CONTROL.search(text) is not None
 
 
+def unsendable_at(text: str) -> int | None:
+    """The 1-based position of the first character a header cannot carry (HTTP's User-Agent, gRPC metadata):
+    anything but printable ASCII. None when there is none."""
+    if text.isascii() and text.isprintable():
+        return None
+    return next(i for i, ch in enumerate(text, 1) if not " " <= ch <= "~")
+
+
 def escape_control(text: str) -> str:
     """`text` with every control, DEL, C1 and bidirectional-control character written as a visible escape."""
     if text.isascii() and text.isprintable():

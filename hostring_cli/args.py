@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from hostring.agent import product_token
+from hostring.text import unsendable_at
 
 MAX_RESPONSE_BYTES = 10 * 2**20
 """The default of --max-response-bytes (`hostring crawl` and `hostring worker`): the largest body read, on the
@@ -224,12 +225,12 @@ def user_agent(text: str) -> str:
         product_token(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
-    for i, ch in enumerate(text):
-        if not " " <= ch <= "~":  # sent as a header on every request: a line break there fails every fetch
-            raise argparse.ArgumentTypeError(
-                f"User-Agent {text!r} has a character an HTTP header cannot carry at position {i + 1} (a line "
-                "break, a control or non-ASCII character); use printable ASCII only"
-            )
+    at = unsendable_at(text)
+    if at is not None:  # sent as a header on every request: a line break there fails every fetch
+        raise argparse.ArgumentTypeError(
+            f"User-Agent {text!r} has a character an HTTP header cannot carry at position {at} (a line "
+            "break, a control or non-ASCII character); use printable ASCII only"
+        )
     return text
 
 
