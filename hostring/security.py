@@ -83,6 +83,9 @@ def _pem(path: str | None, what: str) -> bytes | None:
     return data
 
 
+_PAIRING = "--tls-cert and --tls-key go together: give both or neither"
+
+
 @dataclass(frozen=True)
 class TlsConfig:
     """PEM material for one process; empty means plaintext. Build with `from_args` or `from_files`."""
@@ -93,11 +96,14 @@ class TlsConfig:
 
     def __post_init__(self) -> None:
         if (self.cert is None) != (self.key is None):
-            raise SecurityConfigError("--tls-cert and --tls-key go together: give both or neither")
+            raise SecurityConfigError(_PAIRING)
 
     @classmethod
     def from_files(cls, cert: str | None = None, key: str | None = None, ca: str | None = None) -> TlsConfig:
-        """Read the PEM files that are given (None or '' = not given)."""
+        """Read the PEM files that are given (None or '' = not given); a lone cert or key is named before either
+        is read."""
+        if bool(cert) != bool(key):
+            raise SecurityConfigError(_PAIRING)
         return cls(_pem(cert, "TLS certificate"), _pem(key, "TLS key"), _pem(ca, "TLS CA bundle"))
 
     @classmethod
