@@ -201,13 +201,17 @@ def _when(at: str | None, after: float | None) -> int:
         seconds = float(at)
     except ValueError:
         try:
-            seconds = datetime.fromisoformat(at).timestamp()
+            when = datetime.fromisoformat(at)
         except ValueError:
             raise UsageError(
                 f"--at: {at!r} is neither Unix seconds nor an ISO 8601 time (e.g. 2025-01-31T08:00:00+00:00)"
             ) from None
+        try:
+            seconds = when.timestamp()
+        except (ValueError, OverflowError, OSError):  # a local time the platform cannot convert (year 1)
+            seconds = math.nan
     if not 0 <= seconds < 253_402_300_800:
-        raise UsageError(f"--at: {at!r} is not a time between 1970 and 9999")
+        raise UsageError(f"--at: {at!r} is out of range; give a time between 1970 and 9999")
     return int(seconds * 1000)
 
 

@@ -173,6 +173,12 @@ def cases(tmp: Path) -> dict[str, Case]:
         "refetch bad time": Case(
             ["revisit", "refetch", SEED, "--node", DOWN, "--at", "tomorrow"], 2, ("--at", "ISO 8601"), out=False
         ),
+        "refetch ISO time before 1970": Case(
+            ["revisit", "refetch", SEED, "--node", DOWN, "--at", "0001-01-01T00:00:00"],
+            2,
+            ("--at", "out of range", "1970"),
+            out=False,
+        ),
         "refetch node down": Case(
             ["revisit", "refetch", SEED, "--node", DOWN, "--timeout", "1"],
             1,
