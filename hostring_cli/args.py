@@ -196,6 +196,9 @@ DURATION_HINT = "give seconds or a number with ms, s, m, h or d, e.g. 90, 90s, 1
 
 def duration(text: str) -> float:
     """Seconds from '90', '90s', '1.5m', '2h', '1d', '500ms' or '1e3' (0 allowed: some options read it as never)."""
+    stripped = str(text).strip()
+    if stripped.startswith("-") and _DURATION.match(stripped[1:]):
+        raise argparse.ArgumentTypeError(f"{text!r} must not be negative; give 0 or a positive duration, e.g. 30s")
     m = _DURATION.match(str(text))
     seconds = float(m.group(1)) * _UNIT_S[(m.group(2) or "s").lower()] if m is not None else math.nan
     if not math.isfinite(seconds):

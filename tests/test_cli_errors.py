@@ -159,6 +159,10 @@ def cases(tmp: Path) -> dict[str, Case]:
         ),
         "revisit share 2": Case(crawl("--revisit-share", "2"), 2, ("--revisit-share", "from 0 to 1")),
         "retention negative": Case(crawl("--retention=-1d"), 2, ("--retention", "positive duration")),
+        "grace negative": Case(crawl("--grace", "-1"), 2, ("--grace", "must not be negative")),
+        "env idle exit negative": Case(
+            crawl(), 2, ("HOSTRING_IDLE_EXIT", "must not be negative"), env={"HOSTRING_IDLE_EXIT": "-1m"}
+        ),
         "duration not a duration": Case(crawl("--duration", "forever"), 2, ("--duration", "not a duration")),
         "env bad revisit interval": Case(
             crawl(), 2, ("HOSTRING_REVISIT_INTERVAL", "positive duration"), env={"HOSTRING_REVISIT_INTERVAL": "0s"}
