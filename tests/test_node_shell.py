@@ -724,6 +724,33 @@ def test_a_forged_completion_does_not_sink_its_batch() -> None:
         served.close()
 
 
+def test_a_renewal_never_shortens_a_lease() -> None:
+    """Renew with extend_ms 0 (or any span shorter than the time left) leaves the deadline as it was: the lease stays
+    current and its host is not leased again while its fetch runs. (Before: the deadline moved to now, the lease
+    expired at the next tick and another worker was handed the same URL: two requests in flight to one host.)"""
+    config = FrontierConfig(politeness=PolitenessConfig(min_delay_s=0.0))
+    served = Served(FrontierService(Frontier(MemoryStore(), WallClock(), config)))
+    try:
+        with grpc.insecure_channel(served.address, options=grpc_options()) as channel:
+            stub = pb_grpc.FrontierStub(channel)  # type: ignore[no-untyped-call]
+            stub.Discover(pb.DiscoverRequest(links=seeds(2, 1)), timeout=RPC_S)
+            (robots,) = stub.Lease(pb.LeaseRequest(worker_id="t", max_items=5), timeout=RPC_S).items
+            complete(_Stubbed(stub), robots, pb.Outcome(status=404, retry_after_s=-1))
+            (page,) = stub.Lease(pb.LeaseRequest(worker_id="a", max_items=5), timeout=RPC_S).items
+            for extend_ms in (0, 1):
+                renewed = stub.Renew(pb.RenewRequest(lease_id=page.lease_id, generation=page.generation,
+                                                     extend_ms=extend_ms), timeout=RPC_S)  # fmt: skip
+                assert renewed.ok and renewed.deadline_ms == page.deadline_ms, (extend_ms, renewed, page.deadline_ms)
+            time.sleep(0.5)  # past the next tick, which would expire a lease whose deadline had passed
+            other = stub.Lease(pb.LeaseRequest(worker_id="b", max_items=5, wait_ms=300), timeout=RPC_S)
+            assert not other.items, "the host was leased again while its fetch was in flight"
+            info = stub.GetUrl(pb.GetUrlRequest(url=page.url), timeout=RPC_S)
+            assert info.state == "leased" and info.generation == page.generation
+            assert complete(_Stubbed(stub), page, pb.Outcome(status=200, retry_after_s=-1)).accepted
+    finally:
+        served.close()
+
+
 class _FlushFails(MemoryStore):
     """A MemoryStore whose commits fail while `failing` is set (as a Redis store's do while Redis restarts)."""
 

@@ -380,13 +380,19 @@ class Frontier(RobotsItems, Handback, RevisitItems):
         self._leases.lend(item)
 
     def renew(self, key: str, generation: int, extend_s: float) -> float:
-        """Push a current lease's deadline out to now + extend_s (at most lease_s); the new deadline."""
+        """Push a current lease's deadline out to now + extend_s (at most lease_s); the deadline after it.
+
+        A renewal only ever extends: one asking for less than the time left (extend_ms 0, say) leaves the deadline
+        as it is. Else it would end a lease whose fetch still runs, and the host would be leased again meanwhile:
+        two requests in flight to one host."""
         item = self._leases.leased(key)
         if item is None:
             raise LeaseError(key, generation, "unknown_lease")
         if item.generation != generation:
             raise LeaseError(key, generation, "stale_generation")
-        self._leases.extend(item, self._clock.now() + min(max(extend_s, 0.0), self._config.lease_s))
+        deadline = self._clock.now() + min(max(extend_s, 0.0), self._config.lease_s)
+        if deadline > item.deadline:
+            self._leases.extend(item, deadline)
         return item.deadline
 
     def leased_domain(self, key: str) -> str | None:
