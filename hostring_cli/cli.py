@@ -43,6 +43,7 @@ from hostring_cli.cluster import add_cluster_commands, add_tls_flags, add_token_
 from hostring_cli.parent import exit_with_parent
 from hostring_cli.revisit import add_revisit_commands, revisit_config, revisit_flags
 from hostring_cli.settings import SETTINGS_HELP, Settings, key_of, read_stored, resolve, run_record
+from hostring_cli.workers import MAX_WORKERS
 
 if TYPE_CHECKING:
     from hostring_cli.crawl import CrawlOptions
@@ -559,7 +560,7 @@ def build_parser() -> Parser:
     crawl.add_argument("--fetchers", type=positive_int, default=64, metavar="N", help="fetches in flight across hosts")
     crawl.add_argument(
         "--workers",
-        type=positive_int,
+        type=int_at_least(1, MAX_WORKERS),
         default=1,
         metavar="N",
         help="fetch worker processes: this one and N-1 children, each with --fetchers fetches in flight; more "

@@ -28,6 +28,10 @@ if TYPE_CHECKING:
     from fetch_worker.metrics import WorkerMetrics
     from fetch_worker.worker import Worker
 
+MAX_WORKERS = 256
+"""The most worker processes `hostring crawl --workers` starts: more than the cores of any one machine, and a
+typo (--workers 100000) is refused instead of starting that many processes."""
+
 COUNTS_EVERY_S = 1.0
 """How often a worker child rewrites its counts file."""
 

@@ -78,6 +78,10 @@ def cases(tmp: Path) -> dict[str, Case]:
 
     return {
         "fetchers 0": Case(crawl("--fetchers", "0"), 2, ("--fetchers", ">= 1")),
+        # (a bad --fetchers after it: should --workers 100000 pass again, the crawl stops there, starting nothing)
+        "workers beyond the bound": Case(
+            crawl("--workers", "100000", "--fetchers", "0"), 2, ("--workers", "from 1 to 256")
+        ),
         "max-depth -1": Case(crawl("--max-depth", "-1"), 2, ("--max-depth", ">= 0")),
         "max-pages 0": Case(crawl("--max-pages", "0"), 2, ("--max-pages",)),
         "delay -1": Case(crawl("--delay", "-1"), 2, ("--delay",)),
