@@ -189,6 +189,21 @@ non_negative_int = int_at_least(0)
 non_negative_float = float_at_least(0.0)
 positive_float = float_at_least(0.0, strict=True)
 
+MAX_TIMEOUT_S = 86400.0
+"""The longest wait for an answer (--timeout, --connect-timeout): a day. gRPC turns a deadline much further off
+(1e10 s) into an immediate DEADLINE_EXCEEDED, which reads as a server that is down."""
+
+
+def timeout_s(text: str) -> float:
+    """Seconds to wait for an answer: above zero, at most a day (MAX_TIMEOUT_S)."""
+    value = positive_float(text)
+    if value > MAX_TIMEOUT_S:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_TIMEOUT_S:g} seconds (a day), not {text}")
+    return value
+
+
+timeout_s.__name__ = "seconds up to a day"
+
 _DURATION = re.compile(r"^\s*((?:\d+(?:\.\d*)?|\.\d+)(?:e[-+]?\d+)?)\s*(ms|s|m|h|d)?\s*$", re.I)
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 DURATION_HINT = "give seconds or a number with ms, s, m, h or d, e.g. 90, 90s, 1.5m, 6h or 7d"

@@ -36,6 +36,7 @@ from hostring_cli.args import (
     positive_float,
     positive_int,
     read_text,
+    timeout_s,
     user_agent,
     utf8,
 )
@@ -649,7 +650,7 @@ def build_parser() -> Parser:
         action="store_true",
         help="JSON with one row per admitted identity as well (state, reason, attempts; large)",
     )
-    report.add_argument("--timeout", type=positive_float, default=30.0, metavar="S", help="how long to wait for --node")
+    report.add_argument("--timeout", type=timeout_s, default=30.0, metavar="S", help="how long to wait for --node")
     add_tls_flags(report, server=False)
     report.set_defaults(func=cmd_report)
     for command in _all_commands(parser):

@@ -42,6 +42,7 @@ from hostring_cli.args import (
     port,
     positive_float,
     positive_int,
+    timeout_s,
     utf8,
 )
 from hostring_cli.args import address as address_arg
@@ -541,7 +542,7 @@ def _add_hosts_commands(sub: argparse._SubParsersAction[Parser]) -> None:
             "--coordinator", type=address_arg, metavar="ADDR", help="find the owning node(s) through this coordinator"
         )
         p.add_argument("--json", action="store_true", help="JSON instead of a table")
-        p.add_argument("--timeout", type=positive_float, default=10.0, metavar="S", help="how long to wait for answers")
+        p.add_argument("--timeout", type=timeout_s, default=10.0, metavar="S", help="how long to wait for answers")
         add_tls_flags(p, server=False)
         if admin:
             add_token_flag(p, server=False)
@@ -672,7 +673,7 @@ def add_cluster_commands(sub: argparse._SubParsersAction[Parser], user_agent: st
     w.add_argument("--until-drained", action="store_true", help="exit when every node has no work left")
     w.add_argument(
         "--connect-timeout",
-        type=positive_float,
+        type=timeout_s,
         default=30.0,
         metavar="S",
         help="how long to wait for the coordinator at start",
@@ -708,7 +709,7 @@ def add_cluster_commands(sub: argparse._SubParsersAction[Parser], user_agent: st
     )
     s.add_argument("--coordinator", type=address_arg, required=True, metavar="ADDR", help="the cluster's coordinator")
     s.add_argument("--json", action="store_true", help="JSON instead of a table")
-    s.add_argument("--timeout", type=positive_float, default=10.0, metavar="S", help="how long to wait for answers")
+    s.add_argument("--timeout", type=timeout_s, default=10.0, metavar="S", help="how long to wait for answers")
     add_tls_flags(s, server=False)
     s.set_defaults(func=cmd_status)
 
@@ -727,7 +728,7 @@ def add_cluster_commands(sub: argparse._SubParsersAction[Parser], user_agent: st
         metavar="FILE",
         help="more start URLs, one per line",
     )
-    sd.add_argument("--timeout", type=positive_float, default=30.0, metavar="S", help="how long to wait for answers")
+    sd.add_argument("--timeout", type=timeout_s, default=30.0, metavar="S", help="how long to wait for answers")
     add_tls_flags(sd, server=False)
     sd.set_defaults(func=cmd_seed)
 

@@ -23,7 +23,7 @@ import grpc
 
 from frontier_node.core.config import REVISIT_POLICIES, RevisitConfig, revisit_config_problem
 from frontier_node.core.revisit import INTERVAL_BUCKETS, duration_text
-from hostring_cli.args import Parser, UsageError, address, positive_duration, positive_float, utf8
+from hostring_cli.args import Parser, UsageError, address, positive_duration, timeout_s, utf8
 
 
 def revisit_policy(text: str) -> str:
@@ -295,7 +295,7 @@ def add_revisit_commands(sub: argparse._SubParsersAction[Parser]) -> None:
         p.add_argument(
             "--node", type=address, required=True, metavar="ADDR", help="the frontier node owning the page or host"
         )
-        p.add_argument("--timeout", type=positive_float, default=10.0, metavar="S", help="how long to wait")
+        p.add_argument("--timeout", type=timeout_s, default=10.0, metavar="S", help="how long to wait")
         add_tls_flags(p, server=False)
         add_token_flag(p, server=False)
 

@@ -307,6 +307,16 @@ def cases(tmp: Path) -> dict[str, Case]:
         "report node down": Case(
             ["report", "--node", DOWN, "--timeout", "1"], 1, ("frontier node at 127.0.0.1:1",), out=False
         ),
+        # (gRPC turns a deadline this far off into an immediate DEADLINE_EXCEEDED, read as a node that is down)
+        "report timeout beyond a day": Case(
+            ["report", "--node", DOWN, "--timeout", "9e9"], 2, ("--timeout", "at most 86400"), out=False
+        ),
+        "worker connect timeout beyond a day": Case(
+            ["worker", "--coordinator", DOWN, "--connect-timeout", "1e10"],
+            2,
+            ("--connect-timeout", "at most 86400"),
+            out=False,
+        ),
         "status coordinator down": Case(
             ["status", "--coordinator", DOWN, "--timeout", "1"], 1, ("coordinator at 127.0.0.1:1",), out=False
         ),
