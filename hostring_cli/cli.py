@@ -516,7 +516,7 @@ def build_parser() -> Parser:
     node.add_argument("--metrics-port", type=port, default=None, metavar="PORT", help="serve Prometheus /metrics")
     node.add_argument(
         "--exit-with-parent",
-        type=int,
+        type=positive_int,
         default=None,
         metavar="PID",
         help="end when process PID, this node's parent, ends (as `hostring crawl` starts its node)",

@@ -694,7 +694,7 @@ def add_cluster_commands(sub: argparse._SubParsersAction[Parser], user_agent: st
     )
     w.add_argument(
         "--exit-with-parent",
-        type=int,
+        type=positive_int,
         default=None,
         metavar="PID",
         help="end when process PID, this worker's parent, ends (as `hostring crawl --workers N` starts its workers)",

@@ -13,15 +13,23 @@ import os
 import signal
 import sys
 
+from hostring_cli.args import EXIT_ERROR, die
+
 _PR_SET_PDEATHSIG = 1
 
 
 def exit_with_parent(parent_pid: int) -> None:
-    """Receive SIGKILL when the parent dies; exit now if `parent_pid` is no longer the parent (it died before)."""
+    """Receive SIGKILL when the parent dies; exit now (1, with a line saying why) if `parent_pid` is no longer the
+    parent (it died before, or the PID given is not this process's parent)."""
     with contextlib.suppress(Exception):  # not Linux: the crawl still stops its node; only a SIGKILLed one leaks
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent_pid:
-        os._exit(1)
+    parent = os.getppid()
+    if parent != parent_pid:
+        die(
+            f"--exit-with-parent {parent_pid}: process {parent_pid} is not this process's parent (PID {parent} "
+            "is); it has ended, or give the parent's PID",
+            EXIT_ERROR,
+        )
 
 
 def hostring_command(log_format: str) -> list[str]:

@@ -218,6 +218,18 @@ def cases(tmp: Path) -> dict[str, Case]:
             ("--store", "cannot open /proc/hostring-test"),
             out=False,
         ),
+        "node exit-with-parent negative": Case(
+            ["node", "--store", "memory://", "--listen", "127.0.0.1:0", "--exit-with-parent", "-5"],
+            2,
+            ("--exit-with-parent", ">= 1"),
+            out=False,
+        ),
+        "node exit-with-parent not the parent": Case(
+            ["node", "--store", "memory://", "--listen", "127.0.0.1:0", "--exit-with-parent", "1"],
+            1,
+            ("--exit-with-parent 1", "not this process's parent"),
+            out=False,
+        ),
         "node weight 0": Case(["node", "--weight", "0"], 2, ("--weight",), out=False),
         # (a bad --delay after it: should --weight 101 pass again, the node stops there instead of serving)
         "node weight above the ring's bound": Case(
