@@ -751,6 +751,34 @@ def test_a_renewal_never_shortens_a_lease() -> None:
         served.close()
 
 
+def test_an_address_is_freed_of_the_requests_counted_against_it() -> None:
+    """Two hosts on one address (per-IP politeness, from the remote_ip completions report); one of them, allowed three
+    requests at once, has them all answered from another address (DNS moved it): the first address is free again
+    and the other host is leased. (Before: each request was freed on the host's address at its end, so two of them
+    were never freed on the first address, counted busy for good: the other host was never leased again.)"""
+    config = FrontierConfig(politeness=PolitenessConfig(min_delay_s=0.0))
+    served = Served(FrontierService(Frontier(MemoryStore(), WallClock(), config)))
+    first, moved = "192.0.2.1", "192.0.2.9"
+    try:
+        with grpc.insecure_channel(served.address, options=grpc_options()) as channel:
+            stub = pb_grpc.FrontierStub(channel)  # type: ignore[no-untyped-call]
+            pages = [f"http://{h}.example/{i}" for h in ("a", "c") for i in range(4)]
+            stub.Discover(pb.DiscoverRequest(links=[pb.Link(observed=u, seed=True) for u in pages]), timeout=RPC_S)
+            for robots in stub.Lease(pb.LeaseRequest(worker_id="t", max_items=5), timeout=RPC_S).items:
+                complete(_Stubbed(stub), robots, pb.Outcome(status=404, retry_after_s=-1, remote_ip=first))
+            stub.SetHostPolicy(pb.SetHostPolicyRequest(host="a.example", concurrency=3), timeout=RPC_S)
+            stub.PauseHost(pb.PauseHostRequest(host="c.example", paused=True), timeout=RPC_S)
+            out = [it for _ in range(3) for it in stub.Lease(pb.LeaseRequest(worker_id="t"), timeout=RPC_S).items]
+            assert [it.host for it in out] == ["a.example"] * 3
+            for item in out:
+                complete(_Stubbed(stub), item, pb.Outcome(status=200, retry_after_s=-1, remote_ip=moved))
+            stub.PauseHost(pb.PauseHostRequest(host="c.example", paused=False), timeout=RPC_S)
+            leased = stub.Lease(pb.LeaseRequest(worker_id="t", max_items=5, wait_ms=1_000), timeout=RPC_S).items
+            assert "c.example" in [it.host for it in leased], "a host on a free address was not leased"
+    finally:
+        served.close()
+
+
 class _FlushFails(MemoryStore):
     """A MemoryStore whose commits fail while `failing` is set (as a Redis store's do while Redis restarts)."""
 

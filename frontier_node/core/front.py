@@ -3,6 +3,9 @@
 Hosts wait in one heap keyed by the time each may next be leased, each host in it at most once (a newer entry
 supersedes an older one through the host's heap version). Hosts that resolved to one address also share that
 address's pacing: it carries the latest next-eligible time of its hosts and their concurrency limit.
+
+A request counts against the address its host had when it was leased, and is freed from that address when it ends,
+whatever the host's address is by then (a completion reports the address it reached: DNS may answer another one).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from frontier_node.core.views import HostView
 class FrontLayer:
     """Hosts by name, the ready heap over them, and per-address pacing."""
 
-    __slots__ = ("_hosts", "_ip_in_flight", "_ip_next", "_ip_waiters", "_policy", "_ready")
+    __slots__ = ("_held", "_hosts", "_ip_in_flight", "_ip_next", "_ip_waiters", "_policy", "_ready")
 
     def __init__(self, policy: PolitenessConfig) -> None:
         self._policy = policy
@@ -28,6 +31,7 @@ class FrontLayer:
         self._ip_next: dict[str, float] = {}
         self._ip_in_flight: Counter[str] = Counter()
         self._ip_waiters: dict[str, set[str]] = {}
+        self._held: dict[str, Counter[str]] = {}  # host name -> the addresses its requests in flight count against
 
     # ------------------------------------------------------------------ hosts
 
@@ -52,6 +56,10 @@ class FrontLayer:
         gone = [n for n, h in self._hosts.items() if h.domain in domains]
         for name in gone:
             self._hosts.pop(name).in_heap = False
+            for ip, n in self._held.pop(name, Counter()).items():  # their requests no longer count here
+                self._ip_in_flight[ip] -= n
+                if self._ip_in_flight[ip] <= 0:
+                    del self._ip_in_flight[ip]
         return gone
 
     # ------------------------------------------------------------------ eligibility
@@ -126,20 +134,40 @@ class FrontLayer:
         return False
 
     def take_slot(self, host: Host) -> None:
+        """A request of `host` goes out: it counts against the host's address (if known) until free_slot."""
         host.in_flight += 1
         if host.ip:
             self._ip_in_flight[host.ip] += 1
+            held = self._held.get(host.name)
+            if held is None:
+                held = self._held[host.name] = Counter()
+            held[host.ip] += 1
 
     def free_slot(self, host: Host) -> None:
-        """One request of `host` is over: free its slot and wake any host waiting on the same address."""
+        """One request of `host` is over: free its slot on the address it was counted against (the host's current
+        one when it holds a slot there, else another it holds), and wake any host waiting on that address.
+
+        Not simply the host's current address: a completion may have moved the host to another address while its
+        other requests were in flight (DNS answering another one). Freeing those there left their first address
+        counted busy for good (its hosts never leased again) and freed a slot other hosts' requests held."""
         host.in_flight -= 1
-        if host.ip and self._ip_in_flight[host.ip] > 0:
-            self._ip_in_flight[host.ip] -= 1
-            for name in self._ip_waiters.pop(host.ip, ()):
-                other = self._hosts.get(name)
-                if other is None:
-                    continue
-                self.wake_now(other)
+        held = self._held.get(host.name)
+        if not held:
+            return
+        ip = host.ip if held[host.ip] > 0 else next(iter(held))
+        held[ip] -= 1
+        if held[ip] <= 0:
+            del held[ip]
+        if not held:
+            del self._held[host.name]
+        self._ip_in_flight[ip] -= 1
+        if self._ip_in_flight[ip] <= 0:
+            del self._ip_in_flight[ip]
+        for name in self._ip_waiters.pop(ip, ()):
+            other = self._hosts.get(name)
+            if other is None:
+                continue
+            self.wake_now(other)
 
     def pace_address(self, host: Host) -> None:
         """After a request of `host`: its address rests at least as long as the host does."""
