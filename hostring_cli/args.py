@@ -9,9 +9,11 @@ environment variable or a settings-file entry is refused by the same words, befo
 from __future__ import annotations
 
 import argparse
+import errno
 import ipaddress
 import math
 import re
+import socket
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -275,6 +277,34 @@ def host_port(text: str) -> str:
     if not sep or not host:
         raise argparse.ArgumentTypeError(f"not HOST:PORT: {text!r}")
     port(p)
+    return text
+
+
+def listen_address(text: str) -> str:
+    """HOST:PORT to serve on (--listen). A host written as an IP address must be one (256.1.1.1 is not) and belong
+    to this machine (a bind to port 0 tells, sending nothing); a wildcard or a host name is left to the server."""
+    host_port(text)
+    host = text.rpartition(":")[0]
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if is_wildcard(text) or not re.fullmatch(r"[\d.]+|.*:.*", host):
+        return text
+    try:
+        family, kind, _, _, sockaddr = socket.getaddrinfo(
+            host, 0, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST
+        )[0]
+    except socket.gaierror:
+        raise argparse.ArgumentTypeError(
+            f"{host!r} is not an IP address; give an address of this machine (127.0.0.1), 0.0.0.0 or a host name"
+        ) from None
+    try:
+        with socket.socket(family, kind) as probe:
+            probe.bind(sockaddr)
+    except OSError as e:
+        if e.errno == errno.EADDRNOTAVAIL:
+            raise argparse.ArgumentTypeError(
+                f"{host} is not an address of this machine ({e.strerror}); give one of its addresses, e.g. "
+                "127.0.0.1, or 0.0.0.0 for every interface"
+            ) from None
     return text
 
 

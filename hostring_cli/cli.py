@@ -28,6 +28,7 @@ from hostring_cli.args import (
     host_port,
     int_at_least,
     is_wildcard,
+    listen_address,
     make_dir,
     non_negative_float,
     non_negative_int,
@@ -496,7 +497,7 @@ def build_parser() -> Parser:
     )
     node.add_argument(
         "--listen",
-        type=host_port,
+        type=listen_address,
         default="127.0.0.1:50051",
         metavar="HOST:PORT",
         help="address to serve on; port 0 picks",

@@ -35,7 +35,7 @@ from hostring_cli.args import (
     Parser,
     UsageError,
     cidr,
-    host_port,
+    listen_address,
     make_dir,
     non_negative_float,
     nonblank_path,
@@ -604,7 +604,7 @@ def add_cluster_commands(sub: argparse._SubParsersAction[Parser], user_agent: st
         description="Keep cluster membership and publish the ring; in Redis with --redis, so it survives restarts.",
     )
     c.add_argument(
-        "--listen", type=host_port, default="127.0.0.1:50050", metavar="HOST:PORT", help="address to serve on"
+        "--listen", type=listen_address, default="127.0.0.1:50050", metavar="HOST:PORT", help="address to serve on"
     )
     c.add_argument("--redis", default="", metavar="URL", help="keep membership and epochs in this Redis")
     c.add_argument(

@@ -230,6 +230,16 @@ def cases(tmp: Path) -> dict[str, Case]:
             ("--exit-with-parent 1", "not this process's parent"),
             out=False,
         ),
+        "node listen not an IP address": Case(
+            ["node", "--store", "memory://", "--listen", "256.1.1.1:0"],
+            2,
+            ("--listen", "'256.1.1.1' is not an IP address"),
+            out=False,
+        ),
+        # (192.0.2.0/24 is TEST-NET-1, on no interface: the check binds a socket to it, which sends nothing)
+        "coordinator listen not on this machine": Case(
+            ["coordinator", "--listen", "192.0.2.1:0"], 2, ("--listen", "not an address of this machine"), out=False
+        ),
         "node weight 0": Case(["node", "--weight", "0"], 2, ("--weight",), out=False),
         # (a bad --delay after it: should --weight 101 pass again, the node stops there instead of serving)
         "node weight above the ring's bound": Case(
