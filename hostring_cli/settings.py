@@ -274,6 +274,7 @@ def toml_value(value: object) -> str:
 def read_stored(path: Path, options: Mapping[str, Option]) -> tuple[dict[str, Any], dict[str, Any]]:
     """(settings by dest, the raw file) of a crawl's stored settings; a usage error if they cannot be read."""
     data = read_toml(path, "stored settings")
+    _check_lists(path, data)
     by_key = {key_of(o): o for o in options.values()}
     values: dict[str, Any] = {}
     for raw_key, value in data.items():
@@ -281,6 +282,22 @@ def read_stored(path: Path, options: Mapping[str, Option]) -> tuple[dict[str, An
         if option is not None:
             values[option.dest] = convert(option, value, f"{path}: {raw_key}")
     return values, data
+
+
+def _check_lists(path: Path, data: Mapping[str, Any]) -> None:
+    """The seeds and runs of stored settings are a list of URLs and a list of tables; anything else (a hand-edited
+    seeds = "https://...") is a usage error, before the file is rewritten from it."""
+    seeds, runs = data.get("seeds", []), data.get("runs", [])
+    if not isinstance(seeds, list) or not all(isinstance(s, str) for s in seeds):
+        raise UsageError(
+            f'{path}: seeds must be a list of URLs, e.g. seeds = ["https://example.org/"], not {seeds!r}; fix the '
+            "file and resume again"
+        )
+    if not isinstance(runs, list) or not all(isinstance(r, dict) for r in runs):
+        raise UsageError(
+            f"{path}: runs must be a list of [[runs]] tables (the crawl's history), not {runs!r}; fix the file or "
+            "remove the runs line, and resume again"
+        )
 
 
 def run_record(kind: str, changes: list[str]) -> dict[str, Any]:

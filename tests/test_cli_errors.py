@@ -486,6 +486,29 @@ def test_a_resume_that_does_not_start_leaves_the_settings_as_they_were(tmp_path:
     assert settings.read_bytes() == before
 
 
+@pytest.mark.parametrize(
+    ("stored", "says"),
+    [
+        ('seeds = "http://a.example/"\n', "crawl.toml: seeds must be a list of URLs"),
+        ('seeds = ["http://a.example/"]\nruns = "gone"\n', "crawl.toml: runs must be a list of [[runs]] tables"),
+    ],
+)
+def test_a_resume_with_a_hand_edited_list_that_is_no_list_is_refused(tmp_path: Path, stored: str, says: str) -> None:
+    """OUT/crawl.toml edited by hand to a string where a list belongs (seeds = "URL", runs = "..."): a usage error
+    naming the file and the key, and the file is left as it was (not rewritten as seeds = ["h", "t", ...], nor
+    with its history of runs dropped). (fetchers = 0 after it: should the check go, the resume stops there.)"""
+    out = tmp_path / "out"
+    out.mkdir()
+    SqliteStore(out / "frontier.sqlite3").close()
+    settings = out / "crawl.toml"
+    settings.write_text(f"{stored}fetchers = 0\n")
+    before = settings.read_bytes()
+    r = run_case(Case(["crawl", "--resume", "--out", "OUT", "--no-progress"], 2, ()), out)
+    assert r.code == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert says in r.stderr, r.stderr
+    assert settings.read_bytes() == before
+
+
 def test_a_closed_pipe_is_quiet(tmp_path: Path) -> None:
     """`hostring report --json | head -c 100`: the reader stops early; hostring ends quietly, exit 0."""
     path = tmp_path / "big.sqlite3"
