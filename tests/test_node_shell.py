@@ -779,6 +779,30 @@ def test_an_address_is_freed_of_the_requests_counted_against_it() -> None:
         served.close()
 
 
+def test_a_fetch_handed_back_is_not_counted_as_a_try() -> None:
+    """A page handed back unfinished twice (worker_shutdown: its workers were stopping) is leased again as attempt 1,
+    and its first 503 is retried. (Before: each hand-back counted as a try, the third lease was attempt 3, and the
+    first 503 failed the page retries_exhausted; a robots.txt so handed back failed and abandoned its origin.)"""
+    config = FrontierConfig(politeness=PolitenessConfig(min_delay_s=0.0))
+    served = Served(FrontierService(Frontier(MemoryStore(), WallClock(), config)))
+    try:
+        with grpc.insecure_channel(served.address, options=grpc_options()) as channel:
+            stub = pb_grpc.FrontierStub(channel)  # type: ignore[no-untyped-call]
+            seed_past_robots(stub, "http://a.example/")
+            attempts = []
+            for _ in range(3):
+                (page,) = stub.Lease(pb.LeaseRequest(worker_id="w", wait_ms=2_000), timeout=RPC_S).items
+                attempts.append(page.attempt)
+                if len(attempts) < 3:
+                    handed = complete(_Stubbed(stub), page, pb.Outcome(error_class="worker_shutdown", retry_after_s=-1))
+                    assert handed.accepted and handed.state == "scheduled", handed
+            assert attempts == [1, 1, 1]
+            done = complete(_Stubbed(stub), page, pb.Outcome(status=503, retry_after_s=-1))
+            assert done.accepted and done.state == "retryable", done
+    finally:
+        served.close()
+
+
 class _FlushFails(MemoryStore):
     """A MemoryStore whose commits fail while `failing` is set (as a Redis store's do while Redis restarts)."""
 

@@ -89,7 +89,11 @@ class Handback:
         return len(chosen)
 
     def _hand_back(self, item: Item, reason: str) -> None:
-        """One leased item back to scheduled now: its slot freed, its host resting one delay, not backed off."""
+        """One leased item back to scheduled now: its slot freed, its host resting one delay, not backed off.
+
+        The lease is not counted as a try: its attempt is given back, so the next lease has the same number. (Else
+        a page handed back twice, by workers stopping, failed retries_exhausted at its first 503, and a robots.txt
+        handed back three times failed at its first timeout and abandoned its origin's pages.)"""
         now = self._clock.now()
         self._set_now(now)
         self._leases.settle(item.key)
@@ -97,6 +101,7 @@ class Handback:
         host = front.host(item.host, item.domain)
         front.free_slot(host)
         host.next_eligible = max(host.next_eligible, now + host.delay(self._config.politeness))
+        item.attempt = max(0, item.attempt - 1)
         self._move(item, Event.RELEASE, reason)
         self._events["released"] += 1
         self._requeue(host, item)
