@@ -12,7 +12,6 @@ import os
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -421,25 +420,15 @@ def ran(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Ran]:
         return {name: f.result() for name, f in futures.items()}
 
 
-def names() -> Iterator[str]:
-    yield from cases(_Scratch.path()).keys()
+def names() -> list[str]:
+    """The table's case names, listed at collection time from a directory removed right after."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="hostring-case-names-") as tmp:
+        return list(cases(Path(tmp)))
 
 
-class _Scratch:
-    """A throwaway directory for listing the table's names at collection time."""
-
-    made: Path | None = None
-
-    @classmethod
-    def path(cls) -> Path:
-        import tempfile
-
-        if cls.made is None:
-            cls.made = Path(tempfile.mkdtemp(prefix="hostring-case-names-"))
-        return cls.made
-
-
-@pytest.mark.parametrize("name", list(names()))
+@pytest.mark.parametrize("name", names())
 def test_bad_input(name: str, ran: dict[str, Ran]) -> None:
     r = ran[name]
     where = f"hostring {' '.join(r.case.args)}\n--- stderr\n{r.stderr}\n--- stdout\n{r.stdout}"
