@@ -229,6 +229,8 @@ class CoreThread:
                     continue
                 if step is Step.WAIT:
                     assert isinstance(op, Lease)
+                    if len(self._waiters) >= MAX_WAITING:
+                        self._drop_cancelled()
                     if len(self._waiters) < MAX_WAITING:
                         self._waiters.append(op)  # it joins the queue of waiting Leases, served below
                         self._earliest = min(self._earliest, op.deadline)
@@ -323,6 +325,15 @@ class CoreThread:
                     self._earliest = min(self._earliest, w.deadline)
             self._waiters = keep
         return served
+
+    def _drop_cancelled(self) -> None:
+        """Let go of the waiting Leases whose callers went away (a full waiting set only: it costs a pass over it).
+        _serve_waiters drops them only from the head, or once a wait ends: one waiting in front kept them in the
+        set for up to its whole wait, and a Lease meanwhile could not wait."""
+        kept = collections.deque(w for w in self._waiters if w.future is None or not w.future.cancelled())
+        if len(kept) < len(self._waiters):
+            self._waiters = kept
+            self._earliest = min((w.deadline for w in kept), default=math.inf)
 
     def _commit(self, batch: Batch, following: list[Op[Any]]) -> None:
         """Wait for the batch's flush. A partly refused flush tells each op which domains were refused (an op may

@@ -697,6 +697,36 @@ def test_waiting_leases_end_at_their_deadline_and_the_waiting_set_is_bounded(mon
         served.close()
 
 
+def test_cancelled_leases_leave_the_waiting_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Lease cancelled by its client while it waits behind one still waiting frees its place at once: with the
+    waiting set full of such, a new Lease waits. (Before: a cancelled Lease kept its place until the first wait of
+    the set ended, up to 30 s, and every Lease meanwhile answered at once, empty: long-polls became polls.)"""
+    from frontier_node import core_thread
+
+    monkeypatch.setattr(core_thread, "MAX_WAITING", 2)
+    config = FrontierConfig(politeness=PolitenessConfig(min_delay_s=0.0))
+    served = Served(FrontierService(Frontier(MemoryStore(), WallClock(), config)))
+    try:
+        with grpc.insecure_channel(served.address, options=grpc_options()) as channel:
+            stub = pb_grpc.FrontierStub(channel)  # type: ignore[no-untyped-call]
+            stub.Discover(pb.DiscoverRequest(links=seeds(1, 1)), timeout=RPC_S)
+            assert stub.Lease(pb.LeaseRequest(worker_id="t", max_items=5), timeout=RPC_S).items  # robots in flight
+            live = stub.Lease.future(pb.LeaseRequest(worker_id="live", wait_ms=20_000), timeout=30)
+            time.sleep(0.3)
+            gone = stub.Lease.future(pb.LeaseRequest(worker_id="gone", wait_ms=20_000), timeout=30)
+            time.sleep(0.3)
+            gone.cancel()
+            time.sleep(0.3)
+            later = stub.Lease.future(pb.LeaseRequest(worker_id="later", wait_ms=20_000), timeout=30)
+            time.sleep(1.0)
+            assert not later.done(), "a Lease answered at once: cancelled Leases still filled the waiting set"
+            assert not live.done()
+            live.cancel()
+            later.cancel()
+    finally:
+        served.close()
+
+
 def test_a_forged_completion_does_not_sink_its_batch() -> None:
     """In a CompleteBatch, a completion with a forged outcome is answered on its own (accepted=false, the rule it
     broke) and not stored; the others are settled; its lease stays open for an honest Complete."""
