@@ -57,9 +57,7 @@ class FrontLayer:
         for name in gone:
             self._hosts.pop(name).in_heap = False
             for ip, n in self._held.pop(name, Counter()).items():  # their requests no longer count here
-                self._ip_in_flight[ip] -= n
-                if self._ip_in_flight[ip] <= 0:
-                    del self._ip_in_flight[ip]
+                self._free_address(ip, n)
         return gone
 
     # ------------------------------------------------------------------ eligibility
@@ -160,14 +158,17 @@ class FrontLayer:
             del held[ip]
         if not held:
             del self._held[host.name]
-        self._ip_in_flight[ip] -= 1
+        self._free_address(ip, 1)
+
+    def _free_address(self, ip: str, requests: int) -> None:
+        """`requests` counted against `ip` are over (ended, or their host left this node): wake its waiting hosts."""
+        self._ip_in_flight[ip] -= requests
         if self._ip_in_flight[ip] <= 0:
             del self._ip_in_flight[ip]
         for name in self._ip_waiters.pop(ip, ()):
             other = self._hosts.get(name)
-            if other is None:
-                continue
-            self.wake_now(other)
+            if other is not None:
+                self.wake_now(other)
 
     def pace_address(self, host: Host) -> None:
         """After a request of `host`: its address rests at least as long as the host does."""
