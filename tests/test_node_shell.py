@@ -508,6 +508,18 @@ class Served:
 
 
 @contextlib.contextmanager
+def memory_node() -> Iterator[pb_grpc.FrontierStub]:
+    """A stub of a node on a MemoryStore (delay 0) served over loopback gRPC, closed when the block ends."""
+    config = FrontierConfig(politeness=PolitenessConfig(min_delay_s=0.0))
+    served = Served(FrontierService(Frontier(MemoryStore(), WallClock(), config)))
+    try:
+        with grpc.insecure_channel(served.address, options=grpc_options()) as channel:
+            yield pb_grpc.FrontierStub(channel)  # type: ignore[no-untyped-call]
+    finally:
+        served.close()
+
+
+@contextlib.contextmanager
 def home_node(store: MemoryStore, *, outbox: bool) -> Iterator[tuple[Served, pb.LeaseItem]]:
     """A node owning only HOME, with one page of it leased (its robots.txt settled 404)."""
     config = FrontierConfig(politeness=PolitenessConfig(min_delay_s=0.0))
@@ -654,21 +666,15 @@ class _Stubbed:
 def test_completion_hands_the_freed_host_to_a_waiting_lease() -> None:
     """A Lease waiting while its host's robots.txt is in flight gets the host's page from the commit that settles
     the robots.txt (not empty at the end of its wait)."""
-    config = FrontierConfig(politeness=PolitenessConfig(min_delay_s=0.0))
-    served = Served(FrontierService(Frontier(MemoryStore(), WallClock(), config)))
-    try:
-        with grpc.insecure_channel(served.address, options=grpc_options()) as channel:
-            stub = pb_grpc.FrontierStub(channel)  # type: ignore[no-untyped-call]
-            stub.Discover(pb.DiscoverRequest(links=seeds(1, 1)), timeout=RPC_S)
-            (robots,) = stub.Lease(pb.LeaseRequest(worker_id="t", max_items=5), timeout=RPC_S).items
-            waiting = stub.Lease.future(pb.LeaseRequest(worker_id="w", max_items=5, wait_ms=20_000), timeout=30)
-            time.sleep(0.3)
-            assert not waiting.done()
-            complete(_Stubbed(stub), robots, pb.Outcome(status=404, retry_after_s=-1))
-            (page,) = waiting.result(timeout=10).items
-            assert page.kind == pb.PAGE and page.url == "http://h0.example/p0"
-    finally:
-        served.close()
+    with memory_node() as stub:
+        stub.Discover(pb.DiscoverRequest(links=seeds(1, 1)), timeout=RPC_S)
+        (robots,) = stub.Lease(pb.LeaseRequest(worker_id="t", max_items=5), timeout=RPC_S).items
+        waiting = stub.Lease.future(pb.LeaseRequest(worker_id="w", max_items=5, wait_ms=20_000), timeout=30)
+        time.sleep(0.3)
+        assert not waiting.done()
+        complete(_Stubbed(stub), robots, pb.Outcome(status=404, retry_after_s=-1))
+        (page,) = waiting.result(timeout=10).items
+        assert page.kind == pb.PAGE and page.url == "http://h0.example/p0"
 
 
 def test_waiting_leases_end_at_their_deadline_and_the_waiting_set_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -677,24 +683,18 @@ def test_waiting_leases_end_at_their_deadline_and_the_waiting_set_is_bounded(mon
     from frontier_node import core_thread
 
     monkeypatch.setattr(core_thread, "MAX_WAITING", 2)
-    config = FrontierConfig(politeness=PolitenessConfig(min_delay_s=0.0))
-    served = Served(FrontierService(Frontier(MemoryStore(), WallClock(), config)))
-    try:
-        with grpc.insecure_channel(served.address, options=grpc_options()) as channel:
-            stub = pb_grpc.FrontierStub(channel)  # type: ignore[no-untyped-call]
-            stub.Discover(pb.DiscoverRequest(links=seeds(1, 1)), timeout=RPC_S)
-            assert stub.Lease(pb.LeaseRequest(worker_id="t", max_items=5), timeout=RPC_S).items  # robots in flight
-            waiting = [stub.Lease.future(pb.LeaseRequest(worker_id="w", wait_ms=1_500), timeout=10) for _ in range(2)]
-            time.sleep(0.3)
-            t0 = time.monotonic()
-            extra = stub.Lease(pb.LeaseRequest(worker_id="x", wait_ms=20_000), timeout=10)
-            assert not extra.items and not extra.drained and time.monotonic() - t0 < 5, "the extra Lease waited"
-            for f in waiting:
-                resp = f.result(timeout=10)
-                assert not resp.items and not resp.drained
-            assert time.monotonic() - t0 >= 1.0, "the waiting Leases answered before their wait_ms"
-    finally:
-        served.close()
+    with memory_node() as stub:
+        stub.Discover(pb.DiscoverRequest(links=seeds(1, 1)), timeout=RPC_S)
+        assert stub.Lease(pb.LeaseRequest(worker_id="t", max_items=5), timeout=RPC_S).items  # robots in flight
+        waiting = [stub.Lease.future(pb.LeaseRequest(worker_id="w", wait_ms=1_500), timeout=10) for _ in range(2)]
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        extra = stub.Lease(pb.LeaseRequest(worker_id="x", wait_ms=20_000), timeout=10)
+        assert not extra.items and not extra.drained and time.monotonic() - t0 < 5, "the extra Lease waited"
+        for f in waiting:
+            resp = f.result(timeout=10)
+            assert not resp.items and not resp.drained
+        assert time.monotonic() - t0 >= 1.0, "the waiting Leases answered before their wait_ms"
 
 
 def test_cancelled_leases_leave_the_waiting_set(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -704,81 +704,63 @@ def test_cancelled_leases_leave_the_waiting_set(monkeypatch: pytest.MonkeyPatch)
     from frontier_node import core_thread
 
     monkeypatch.setattr(core_thread, "MAX_WAITING", 2)
-    config = FrontierConfig(politeness=PolitenessConfig(min_delay_s=0.0))
-    served = Served(FrontierService(Frontier(MemoryStore(), WallClock(), config)))
-    try:
-        with grpc.insecure_channel(served.address, options=grpc_options()) as channel:
-            stub = pb_grpc.FrontierStub(channel)  # type: ignore[no-untyped-call]
-            stub.Discover(pb.DiscoverRequest(links=seeds(1, 1)), timeout=RPC_S)
-            assert stub.Lease(pb.LeaseRequest(worker_id="t", max_items=5), timeout=RPC_S).items  # robots in flight
-            live = stub.Lease.future(pb.LeaseRequest(worker_id="live", wait_ms=20_000), timeout=30)
-            time.sleep(0.3)
-            gone = stub.Lease.future(pb.LeaseRequest(worker_id="gone", wait_ms=20_000), timeout=30)
-            time.sleep(0.3)
-            gone.cancel()
-            time.sleep(0.3)
-            later = stub.Lease.future(pb.LeaseRequest(worker_id="later", wait_ms=20_000), timeout=30)
-            time.sleep(1.0)
-            assert not later.done(), "a Lease answered at once: cancelled Leases still filled the waiting set"
-            assert not live.done()
-            live.cancel()
-            later.cancel()
-    finally:
-        served.close()
+    with memory_node() as stub:
+        stub.Discover(pb.DiscoverRequest(links=seeds(1, 1)), timeout=RPC_S)
+        assert stub.Lease(pb.LeaseRequest(worker_id="t", max_items=5), timeout=RPC_S).items  # robots in flight
+        live = stub.Lease.future(pb.LeaseRequest(worker_id="live", wait_ms=20_000), timeout=30)
+        time.sleep(0.3)
+        gone = stub.Lease.future(pb.LeaseRequest(worker_id="gone", wait_ms=20_000), timeout=30)
+        time.sleep(0.3)
+        gone.cancel()
+        time.sleep(0.3)
+        later = stub.Lease.future(pb.LeaseRequest(worker_id="later", wait_ms=20_000), timeout=30)
+        time.sleep(1.0)
+        assert not later.done(), "a Lease answered at once: cancelled Leases still filled the waiting set"
+        assert not live.done()
+        live.cancel()
+        later.cancel()
 
 
 def test_a_forged_completion_does_not_sink_its_batch() -> None:
     """In a CompleteBatch, a completion with a forged outcome is answered on its own (accepted=false, the rule it
     broke) and not stored; the others are settled; its lease stays open for an honest Complete."""
-    config = FrontierConfig(politeness=PolitenessConfig(min_delay_s=0.0))
-    served = Served(FrontierService(Frontier(MemoryStore(), WallClock(), config)))
-    try:
-        with grpc.insecure_channel(served.address, options=grpc_options()) as channel:
-            stub = pb_grpc.FrontierStub(channel)  # type: ignore[no-untyped-call]
-            stub.Discover(pb.DiscoverRequest(links=seeds(2, 2)), timeout=RPC_S)
-            robots = stub.Lease(pb.LeaseRequest(worker_id="t", max_items=5), timeout=RPC_S).items
-            ok = pb.Outcome(status=404, retry_after_s=-1)
-            forged = pb.Outcome(status=200, response_s=math.inf, retry_after_s=-1)
-            batch = [pb.CompleteRequest(lease_id=it.lease_id, generation=it.generation, outcome=o)
-                     for it, o in zip(robots, (ok, forged), strict=True)]  # fmt: skip
-            first, second = stub.CompleteBatch(pb.CompleteBatchRequest(completions=batch), timeout=RPC_S).results
-            assert first.accepted and first.state == "fetched"
-            assert not second.accepted
-            assert second.reason == (
-                "invalid_argument: CompleteBatchRequest.completions[1].outcome.response_s: inf is not a finite number"
-            )
-            again = stub.Complete(pb.CompleteRequest(lease_id=robots[1].lease_id, generation=robots[1].generation,
-                                                     outcome=ok), timeout=RPC_S)  # fmt: skip
-            assert again.accepted, "the forged completion settled its lease"
-    finally:
-        served.close()
+    with memory_node() as stub:
+        stub.Discover(pb.DiscoverRequest(links=seeds(2, 2)), timeout=RPC_S)
+        robots = stub.Lease(pb.LeaseRequest(worker_id="t", max_items=5), timeout=RPC_S).items
+        ok = pb.Outcome(status=404, retry_after_s=-1)
+        forged = pb.Outcome(status=200, response_s=math.inf, retry_after_s=-1)
+        batch = [pb.CompleteRequest(lease_id=it.lease_id, generation=it.generation, outcome=o)
+                 for it, o in zip(robots, (ok, forged), strict=True)]  # fmt: skip
+        first, second = stub.CompleteBatch(pb.CompleteBatchRequest(completions=batch), timeout=RPC_S).results
+        assert first.accepted and first.state == "fetched"
+        assert not second.accepted
+        assert second.reason == (
+            "invalid_argument: CompleteBatchRequest.completions[1].outcome.response_s: inf is not a finite number"
+        )
+        again = stub.Complete(pb.CompleteRequest(lease_id=robots[1].lease_id, generation=robots[1].generation,
+                                                 outcome=ok), timeout=RPC_S)  # fmt: skip
+        assert again.accepted, "the forged completion settled its lease"
 
 
 def test_a_renewal_never_shortens_a_lease() -> None:
     """Renew with extend_ms 0 (or any span shorter than the time left) leaves the deadline as it was: the lease stays
     current and its host is not leased again while its fetch runs. (Before: the deadline moved to now, the lease
     expired at the next tick and another worker was handed the same URL: two requests in flight to one host.)"""
-    config = FrontierConfig(politeness=PolitenessConfig(min_delay_s=0.0))
-    served = Served(FrontierService(Frontier(MemoryStore(), WallClock(), config)))
-    try:
-        with grpc.insecure_channel(served.address, options=grpc_options()) as channel:
-            stub = pb_grpc.FrontierStub(channel)  # type: ignore[no-untyped-call]
-            stub.Discover(pb.DiscoverRequest(links=seeds(2, 1)), timeout=RPC_S)
-            (robots,) = stub.Lease(pb.LeaseRequest(worker_id="t", max_items=5), timeout=RPC_S).items
-            complete(_Stubbed(stub), robots, pb.Outcome(status=404, retry_after_s=-1))
-            (page,) = stub.Lease(pb.LeaseRequest(worker_id="a", max_items=5), timeout=RPC_S).items
-            for extend_ms in (0, 1):
-                renewed = stub.Renew(pb.RenewRequest(lease_id=page.lease_id, generation=page.generation,
-                                                     extend_ms=extend_ms), timeout=RPC_S)  # fmt: skip
-                assert renewed.ok and renewed.deadline_ms == page.deadline_ms, (extend_ms, renewed, page.deadline_ms)
-            time.sleep(0.5)  # past the next tick, which would expire a lease whose deadline had passed
-            other = stub.Lease(pb.LeaseRequest(worker_id="b", max_items=5, wait_ms=300), timeout=RPC_S)
-            assert not other.items, "the host was leased again while its fetch was in flight"
-            info = stub.GetUrl(pb.GetUrlRequest(url=page.url), timeout=RPC_S)
-            assert info.state == "leased" and info.generation == page.generation
-            assert complete(_Stubbed(stub), page, pb.Outcome(status=200, retry_after_s=-1)).accepted
-    finally:
-        served.close()
+    with memory_node() as stub:
+        stub.Discover(pb.DiscoverRequest(links=seeds(2, 1)), timeout=RPC_S)
+        (robots,) = stub.Lease(pb.LeaseRequest(worker_id="t", max_items=5), timeout=RPC_S).items
+        complete(_Stubbed(stub), robots, pb.Outcome(status=404, retry_after_s=-1))
+        (page,) = stub.Lease(pb.LeaseRequest(worker_id="a", max_items=5), timeout=RPC_S).items
+        for extend_ms in (0, 1):
+            renewed = stub.Renew(pb.RenewRequest(lease_id=page.lease_id, generation=page.generation,
+                                                 extend_ms=extend_ms), timeout=RPC_S)  # fmt: skip
+            assert renewed.ok and renewed.deadline_ms == page.deadline_ms, (extend_ms, renewed, page.deadline_ms)
+        time.sleep(0.5)  # past the next tick, which would expire a lease whose deadline had passed
+        other = stub.Lease(pb.LeaseRequest(worker_id="b", max_items=5, wait_ms=300), timeout=RPC_S)
+        assert not other.items, "the host was leased again while its fetch was in flight"
+        info = stub.GetUrl(pb.GetUrlRequest(url=page.url), timeout=RPC_S)
+        assert info.state == "leased" and info.generation == page.generation
+        assert complete(_Stubbed(stub), page, pb.Outcome(status=200, retry_after_s=-1)).accepted
 
 
 def test_an_address_is_freed_of_the_requests_counted_against_it() -> None:
@@ -813,24 +795,18 @@ def test_a_fetch_handed_back_is_not_counted_as_a_try() -> None:
     """A page handed back unfinished twice (worker_shutdown: its workers were stopping) is leased again as attempt 1,
     and its first 503 is retried. (Before: each hand-back counted as a try, the third lease was attempt 3, and the
     first 503 failed the page retries_exhausted; a robots.txt so handed back failed and abandoned its origin.)"""
-    config = FrontierConfig(politeness=PolitenessConfig(min_delay_s=0.0))
-    served = Served(FrontierService(Frontier(MemoryStore(), WallClock(), config)))
-    try:
-        with grpc.insecure_channel(served.address, options=grpc_options()) as channel:
-            stub = pb_grpc.FrontierStub(channel)  # type: ignore[no-untyped-call]
-            seed_past_robots(stub, "http://a.example/")
-            attempts = []
-            for _ in range(3):
-                (page,) = stub.Lease(pb.LeaseRequest(worker_id="w", wait_ms=2_000), timeout=RPC_S).items
-                attempts.append(page.attempt)
-                if len(attempts) < 3:
-                    handed = complete(_Stubbed(stub), page, pb.Outcome(error_class="worker_shutdown", retry_after_s=-1))
-                    assert handed.accepted and handed.state == "scheduled", handed
-            assert attempts == [1, 1, 1]
-            done = complete(_Stubbed(stub), page, pb.Outcome(status=503, retry_after_s=-1))
-            assert done.accepted and done.state == "retryable", done
-    finally:
-        served.close()
+    with memory_node() as stub:
+        seed_past_robots(stub, "http://a.example/")
+        attempts = []
+        for _ in range(3):
+            (page,) = stub.Lease(pb.LeaseRequest(worker_id="w", wait_ms=2_000), timeout=RPC_S).items
+            attempts.append(page.attempt)
+            if len(attempts) < 3:
+                handed = complete(_Stubbed(stub), page, pb.Outcome(error_class="worker_shutdown", retry_after_s=-1))
+                assert handed.accepted and handed.state == "scheduled", handed
+        assert attempts == [1, 1, 1]
+        done = complete(_Stubbed(stub), page, pb.Outcome(status=503, retry_after_s=-1))
+        assert done.accepted and done.state == "retryable", done
 
 
 class _FlushFails(MemoryStore):
