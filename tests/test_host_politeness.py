@@ -42,6 +42,17 @@ def test_a_host_in_trouble_rests_its_response_time_even_when_fast() -> None:
     assert host.next_eligible == pytest.approx(10.0 + 0.05 * policy.backoff_step)
 
 
+def test_a_fast_hosts_jitter_is_not_a_rise_in_latency() -> None:
+    """Loopback-fast answers that jitter (1 ms, then 4 ms, 9 ms, 30 ms) are no struggling server: no backoff. The
+    same threefold rise above rise_floor_s (60 ms, then 200 ms) is one, and the host backs off."""
+    policy = PolitenessConfig(min_delay_s=0.25)
+    fast = answered(policy, 0.001, 0.004, 0.001, 0.009, 0.001, 0.030)
+    assert fast.backoff == 1.0 and fast.delay(policy) == 0.25
+    slow = answered(policy, 0.060, 0.200)
+    assert slow.backoff == policy.backoff_step
+    assert answered(PolitenessConfig(min_delay_s=0.25, rise_floor_s=0.0), 0.001, 0.004).backoff == policy.backoff_step
+
+
 @given(
     delay=st.floats(0, 5),
     factor=st.floats(0, 4),

@@ -10,9 +10,10 @@ class PolitenessConfig:
     """How long a host rests between requests and how that adapts.
 
     delay = max(min_delay, robots Crawl-delay capped, rest) x backoff, where backoff grows on 429 / 5xx / timeouts
-    and on a sudden rise in response time and decays slowly on success, within fixed limits. rest is factor x the
-    host's recent response time when that is at least slow_response_s (a struggling server) or the host is backing
-    off; a host that answers fast rests only the delay it was given, so `--delay 0` means what it says.
+    and on a sudden rise in response time (latency_rise x the recent one, and at least rise_floor_s) and decays
+    slowly on success, within fixed limits. rest is factor x the host's recent response time when that is at least
+    slow_response_s (a struggling server) or the host is backing off; a host that answers fast rests only the
+    delay it was given, so `--delay 0` means what it says.
     """
 
     min_delay_s: float = 1.0
@@ -26,6 +27,10 @@ class PolitenessConfig:
     recovery: float = 0.75
     retry_after_cap_s: float = 600.0
     latency_rise: float = 3.0
+    rise_floor_s: float = 0.05
+    """A response counts as a rise in latency only when it also takes at least this long: a fast server's few
+    milliseconds of jitter (1 ms, then 4 ms) are not a struggling server, and backing off from them slowed a
+    healthy host's crawl by seconds."""
     give_up_after: int = 8
 
 

@@ -136,7 +136,11 @@ class Host:
 
     def on_response(self, response_s: float, now: float, policy: PolitenessConfig) -> None:
         """A healthy response: recover slowly, watch for rising latency, rest for the delay."""
-        rising = self.latency_s > 0 and response_s > policy.latency_rise * self.latency_s
+        rising = (
+            self.latency_s > 0
+            and response_s > policy.latency_rise * self.latency_s
+            and response_s >= policy.rise_floor_s
+        )
         self.latency_s = response_s if self.latency_s == 0 else 0.7 * self.latency_s + 0.3 * response_s
         if rising:
             self.backoff = min(policy.max_backoff, self.backoff * policy.backoff_step)
