@@ -5,7 +5,10 @@ a browser would from broken markup, and one CSS query walks that tree once,
 which keeps a 50 KB page in the tens of microseconds. Links come back raw (as
 written, whitespace-trimmed per the HTML URL rules) because resolving and
 normalizing them is the kernel's job; the effective base URL travels beside
-them. Nothing is dropped silently except what the page asks not to follow:
+them. Only a legacy-encoded page's non-ASCII query characters come back
+percent-encoded in the page's encoding, as the URL standard resolves them (the
+kernel would encode them in UTF-8). Nothing is dropped silently except what the
+page asks not to follow:
 `rel=nofollow` links, and every link when meta robots or X-Robots-Tag says
 `nofollow`/`none`. Bad schemes such as `javascript:` are left for the kernel,
 which rejects them with a named reason.
@@ -20,13 +23,15 @@ from urllib.parse import urljoin, urlsplit
 
 from selectolax.lexbor import LexborHTMLParser
 
-from hostring.html import parser_input, visible_text
+from hostring.html import document_codec, parser_input, visible_text
 
 _SELECTOR = "a[href], area[href], link[href], base[href], meta[name]"
 _URL_WHITESPACE = " \t\n\r\f"
 _DIRECTIVE_SPLIT = re.compile(r"[,\s]+")
 # Robots directives that carry a value after a colon; any other "word:" prefix names a user agent.
 _VALUED_DIRECTIVES = frozenset({"max-snippet", "max-image-preview", "max-video-preview", "unavailable_after"})
+# A scheme other than http(s) at the start of a reference: its query is not the document's to encode.
+_OTHER_SCHEME = re.compile(r"^(?!https?:)[a-z][a-z0-9+.-]*:", re.IGNORECASE)
 
 
 @dataclass(slots=True)
@@ -78,6 +83,30 @@ def _x_robots(values: Iterable[str], product_token: str, flags: list[bool]) -> N
                 _apply(part, flags)
 
 
+def encode_query(href: str, codec: str) -> str:
+    """`href` with the non-ASCII characters of its query percent-encoded in the page's encoding `codec`, as
+    the URL standard resolves a link of a legacy-encoded page (a browser asks a latin-1 page's `?q=café` as
+    `?q=caf%E9`: the bytes past ASCII are escaped, the rest is the kernel's to normalize); a character the
+    encoding lacks becomes its `&#N;` reference, percent-encoded. The path and the fragment stay characters
+    (they are UTF-8 whatever the page), and so does a non-http(s) reference."""
+    if href.isascii() or _OTHER_SCHEME.match(href):
+        return href
+    head, hash_, fragment = href.partition("#")
+    path, mark, query = head.partition("?")
+    if not mark or query.isascii():
+        return href
+    out: list[str] = []
+    for ch in query:
+        if ch.isascii():
+            out.append(ch)
+            continue
+        try:
+            out.append("".join(f"%{b:02X}" if b > 0x7E else chr(b) for b in ch.encode(codec)))
+        except UnicodeEncodeError:
+            out.append(f"%26%23{ord(ch)}%3B")
+    return f"{path}?{''.join(out)}{hash_}{fragment}"
+
+
 def extract_links(
     body: bytes,
     page_url: str,
@@ -106,7 +135,8 @@ def extract_links(
     seen: set[str] = set()
     base_href: str | None = None
     canonical = ""
-    tree = LexborHTMLParser(parser_input(body, content_type))
+    codec = document_codec(body, content_type)
+    tree = LexborHTMLParser(parser_input(body, content_type, codec))
     for node in tree.css(_SELECTOR):
         attrs = node.attributes  # one dict per node: several times cheaper than node.attrs.get()
         tag = node.tag
@@ -139,6 +169,9 @@ def extract_links(
         if urlsplit(resolved).scheme in ("http", "https"):
             result.base_url = resolved
     result.nofollow, result.noindex = flags
+    if codec not in ("utf-8", "utf-16"):
+        links = [encode_query(href, codec) for href in links]
+        canonical = encode_query(canonical, codec)
     result.links = [] if result.nofollow else links
     result.canonical = urljoin(result.base_url, canonical) if canonical else ""
     result.text = visible_text(tree)  # last: it removes the scripts and styles from the tree

@@ -13,7 +13,7 @@ import re
 
 from selectolax.lexbor import LexborHTMLParser
 
-__all__ = ["HTML_TYPES", "media_type", "page_text", "parser_input", "visible_text"]
+__all__ = ["HTML_TYPES", "document_codec", "media_type", "page_text", "parser_input", "visible_text"]
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 """Media types read as HTML (the fetch worker's default parse types)."""
@@ -39,17 +39,14 @@ def _charset_label(body: bytes, content_type: str) -> str:
     return match.group(1).decode("ascii").lower() if match else ""
 
 
-def parser_input(body: bytes, content_type: str) -> bytes | str:
-    """What to hand lexbor, which reads bytes as UTF-8: the bytes, or text decoded here.
-
-    Order as in the HTML standard: BOM, then the HTTP charset, then a `<meta>`
-    charset in the first 1024 bytes; undeclared bytes that are not valid UTF-8
-    are read as windows-1252, the web's legacy default.
-    """
+def document_codec(body: bytes, content_type: str) -> str:
+    """The Python codec a page's bytes are read with: "utf-8" unless a BOM, the HTTP charset or a `<meta>`
+    charset (in the HTML standard's order) says otherwise, or undeclared bytes are not valid UTF-8
+    ("cp1252", the web's legacy default). A UTF-16 page is read as "utf-16"."""
     if body.startswith(codecs.BOM_UTF8):
-        return body[3:]
+        return "utf-8"
     if body.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        return body.decode("utf-16", "replace")
+        return "utf-16"
     label = _charset_label(body, content_type)
     if label in _WINDOWS_1252_LABELS:
         label = "windows-1252"
@@ -58,16 +55,34 @@ def parser_input(body: bytes, content_type: str) -> bytes | str:
     except LookupError:
         codec = ""
     if codec in ("utf-8", "utf-16", "utf-16-le", "utf-16-be"):
-        return body  # a meta tag cannot truthfully declare UTF-16 in bytes we could read
+        return "utf-8"  # a meta tag cannot truthfully declare UTF-16 in bytes we could read
     if codec:
-        return body.decode(codec, "replace")
+        return codec
     if body.isascii():
-        return body
+        return "utf-8"
     try:
         body.decode("utf-8")
     except UnicodeDecodeError:
-        return body.decode("windows-1252", "replace")
-    return body
+        return "cp1252"
+    return "utf-8"
+
+
+def parser_input(body: bytes, content_type: str, codec: str = "") -> bytes | str:
+    """What to hand lexbor, which reads bytes as UTF-8: the bytes, or text decoded here.
+
+    Order as in the HTML standard: BOM, then the HTTP charset, then a `<meta>`
+    charset in the first 1024 bytes; undeclared bytes that are not valid UTF-8
+    are read as windows-1252, the web's legacy default. `codec`, when given, is
+    document_codec's answer for these bytes, already known to the caller.
+    """
+    codec = codec or document_codec(body, content_type)
+    if body.startswith(codecs.BOM_UTF8):
+        return body[3:]
+    if codec == "utf-16":
+        return body.decode("utf-16", "replace")
+    if codec == "utf-8":
+        return body
+    return body.decode(codec, "replace")
 
 
 def visible_text(tree: LexborHTMLParser) -> str:

@@ -259,6 +259,29 @@ def test_random_web_every_reachable_allowed_page_fetched_exactly_once(tmp_path: 
             assert any(b["rule"] == "depth" for b in report["suppressed_by_rule"]), report["suppressed_by_rule"]
 
 
+def test_a_legacy_encoded_page_links_queries_in_its_own_encoding(tmp_path: Path) -> None:
+    """A latin-1 page's link `?q=café` is the resource `?q=caf%E9` (the URL standard encodes a query in the
+    page's encoding, the path in UTF-8), and a windows-1252 page's `?q=€` is `?q=%80`: the server sees those
+    targets once each, and never their UTF-8 spellings."""
+    latin1 = '<a href="/s?q=caf\u00e9">q</a><a href="/p/caf\u00e9">p</a><a href="/m">m</a>'
+    cp1252 = '<meta charset="windows-1252"><a href="/t?q=\u20ac">t</a>'
+    sites = {
+        "legacy": Site(
+            pages={
+                "/": Page(body=latin1.encode("latin-1"), content_type="text/html; charset=iso-8859-1"),
+                "/m": Page(body=cp1252.encode("cp1252"), content_type="text/html"),
+                "/s?q=caf%E9": html_page(links("/")),
+                "/p/caf%C3%A9": html_page(links("/")),
+                "/t?q=%80": html_page(links("/")),
+            }
+        )
+    }
+    with LocalWeb(sites) as web:
+        code, _, text = crawl_in_process([web.url("legacy")], tmp_path / "crawl", delay=0.05)
+        assert code == 0, text
+        assert sorted(h.path for h in page_hits(web)) == ["/", "/m", "/p/caf%C3%A9", "/s?q=caf%E9", "/t?q=%80"]
+
+
 # ==================================================================================== 2. robots
 
 ROBOTS_RULES = """\

@@ -163,8 +163,25 @@ def test_arbitrary_bytes_never_raise(body: bytes) -> None:
 
 
 def test_windows_1252_page_with_meta_charset() -> None:
-    html = '<meta charset="windows-1252"><a href="/café">x</a><a href="/naïve?q=€">y</a>'
-    assert links(html.encode("cp1252")) == ["/café", "/naïve?q=€"]
+    html = '<meta charset="windows-1252"><a href="/café">x</a><a href="/naïve?q=€#€">y</a>'
+    assert links(html.encode("cp1252")) == ["/café", "/naïve?q=%80#€"]
+
+
+def test_a_legacy_page_encodes_its_links_queries_in_its_own_encoding() -> None:
+    """The URL standard encodes a link's query in the page's encoding (a browser asks a latin-1 page's
+    `?q=café` as `?q=caf%E9`), its path and fragment in UTF-8; a character the encoding lacks becomes `&#N;`."""
+    html = '<a href="/café?q=café&r=&#26085;#é">x</a><link rel=canonical href="/c?q=é">'
+    html += '<a href="mailto:x?subject=é">m</a>'
+    result = extract_links(html.encode("latin-1"), PAGE, content_type="text/html; charset=iso-8859-1")
+    assert result.links == ["/café?q=caf%E9&r=%26%2326085%3B#é", "/c?q=%E9", "mailto:x?subject=é"]
+    assert result.canonical == "http://example.com/c?q=%E9"
+    body = '<a href="/s?q=日本">x</a>'.encode("shift_jis")
+    assert extract_links(body, PAGE, content_type="text/html; charset=Shift_JIS").links == ["/s?q=%93%FA%96{"]
+    body = '<a href="/s?q=é€">x</a>'.encode("iso-8859-15")
+    latin9 = extract_links(body, PAGE, content_type="text/html; charset=iso-8859-15").links
+    assert latin9 == ["/s?q=%E9%A4"]
+    utf8 = '<a href="/s?q=é">x</a>'
+    assert links(utf8) == ["/s?q=é"], "a UTF-8 page's links stay as written: the kernel encodes them in UTF-8"
 
 
 def test_http_equiv_charset_and_latin1_label() -> None:
