@@ -133,7 +133,8 @@ class FetchResult:
     saying why ("length", "time", "disconnect"). `body` is always decoded
     (Content-Encoding removed). `body_skipped` is True when the content type
     is not one to parse and the body was deliberately not read.
-    `location` is the raw Location header as sent (resolve it against `url`).
+    `location` is the Location header as sent (resolve it against `url`), its bytes past ASCII read as
+    UTF-8, or percent-encoded when they are not UTF-8 (location_text).
     `response_s` is time to response headers, `total_s` the whole fetch.
     `redirects` lists the URLs that redirected, for `fetch_robots` only.
     """
@@ -399,6 +400,22 @@ def _latin1(pairs: Iterable[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
     return [(k.decode("latin-1"), v.decode("latin-1")) for k, v in pairs]
 
 
+def location_text(value: str) -> str:
+    """A Location header value (kept as latin-1 text, byte for byte) as the URL reference it names.
+
+    Bytes past ASCII are read as UTF-8 when they are UTF-8 (a server sending `/café` raw means the
+    resource `/caf%C3%A9`, not the latin-1 mojibake `/cafÃ©`), else each is percent-encoded as it is
+    (`/caf\\xe9` is `/caf%E9`), as browsers resolve a redirect.
+    """
+    if value.isascii():
+        return value
+    raw = value.encode("latin-1", "replace")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return "".join(chr(b) if b < 0x80 else f"%{b:02X}" for b in raw)
+
+
 class Fetcher:
     """Fetches URLs one GET at a time over a shared, policy-guarded connection pool.
 
@@ -560,7 +577,7 @@ class Fetcher:
         result.http_version = response.http_version
         result.headers = _latin1(response.headers.raw)
         result.content_type = media_type(result.header("content-type"))
-        result.location = result.header("location")
+        result.location = location_text(result.header("location"))
         result.etag = result.header("etag")
         result.last_modified = result.header("last-modified")
         result.retry_after_s = parse_retry_after(result.header("retry-after"))

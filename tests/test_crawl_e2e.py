@@ -282,6 +282,30 @@ def test_a_legacy_encoded_page_links_queries_in_its_own_encoding(tmp_path: Path)
         assert sorted(h.path for h in page_hits(web)) == ["/", "/m", "/p/caf%C3%A9", "/s?q=caf%E9", "/t?q=%80"]
 
 
+def test_a_location_with_raw_non_ascii_bytes_names_the_resource_a_browser_follows(tmp_path: Path) -> None:
+    """Location bytes past ASCII are UTF-8 when they decode as UTF-8 (`/café` raw is `/caf%C3%A9`, not the
+    latin-1 mojibake `/caf%C3%83%C2%A9`), else each byte is percent-encoded (`/caf\\xe9` is `/caf%E9`). A
+    robots.txt redirected that way is the right file, so its Disallow holds."""
+    sites = {
+        "raw": Site(
+            pages={
+                "/": html_page(links("/r8", "/r1")),
+                "/r8": redirect_page("/u/caf\u00c3\u00a9"),  # LocalWeb writes headers as latin-1: C3 A9
+                "/r1": redirect_page("/l/caf\u00e9"),  # E9
+                "/u/caf%C3%A9": html_page(links("/")),
+                "/l/caf%E9": html_page(links("/")),
+                "/robots-%C3%A9.txt": robots_page("User-agent: *\nDisallow: /u/\n"),
+            },
+            robots=redirect_page("/robots-\u00c3\u00a9.txt"),
+        )
+    }
+    with LocalWeb(sites) as web:
+        code, report, text = crawl_in_process([web.url("raw")], tmp_path / "crawl", delay=0.05)
+        assert code == 0, text
+        assert sorted(h.path for h in web.hits) == ["/", "/l/caf%E9", "/r1", "/r8", "/robots-%C3%A9.txt", "/robots.txt"]
+        assert report["robots_denied"]["count"] == 1, report["robots_denied"]
+
+
 # ==================================================================================== 2. robots
 
 ROBOTS_RULES = """\

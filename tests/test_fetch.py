@@ -26,7 +26,7 @@ from typing import Any
 import brotli
 import pytest
 
-from fetch_worker.fetch import Fetcher, FetchLimits, FetchResult
+from fetch_worker.fetch import Fetcher, FetchLimits, FetchResult, location_text
 from fetch_worker.netpolicy import NetworkPolicy, ResolutionFailed
 from hostring.retry_after import parse_retry_after
 
@@ -594,3 +594,16 @@ def test_tls_uses_hostname_for_sni_and_verification(
     assert by_ip.error_class == "tls_error"
     # Default trust store: a self-signed certificate is refused.
     assert fetch(server.url("/", host="localhost")).error_class == "tls_error"
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("/plain?q=1", "/plain?q=1"),
+        ("/caf\u00c3\u00a9", "/caf\u00e9"),  # UTF-8 bytes on the wire, read as latin-1 by the header decoding
+        ("/caf\u00e9?q=\u00ff", "/caf%E9?q=%FF"),  # not UTF-8: each byte percent-encoded as it is
+        ("/%C3%A9", "/%C3%A9"),
+    ],
+)
+def test_location_bytes_past_ascii_are_utf8_or_percent_encoded(value: str, expected: str) -> None:
+    assert location_text(value) == expected
