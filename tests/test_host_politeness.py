@@ -42,6 +42,18 @@ def test_a_host_in_trouble_rests_its_response_time_even_when_fast() -> None:
     assert host.next_eligible == pytest.approx(10.0 + 0.05 * policy.backoff_step)
 
 
+def test_a_timeout_counts_its_wait_as_response_time() -> None:
+    """A fetch that timed out after 2 s on a host that had answered in 10 ms: the host rests factor x its
+    response time with those 2 s in it (x backoff), not 10 ms x backoff, before the next request."""
+    policy = PolitenessConfig(min_delay_s=0.05, response_factor=1.0, slow_response_s=0.5)
+    host = answered(policy, 0.01)
+    host.on_trouble(now=10.0, retry_after_s=-1.0, policy=policy, response_s=2.0)
+    latency = 0.7 * 0.01 + 0.3 * 2.0
+    assert host.latency_s == pytest.approx(latency)
+    assert host.delay(policy) == pytest.approx(latency * policy.backoff_step)
+    assert host.next_eligible == pytest.approx(10.0 + latency * policy.backoff_step)
+
+
 def test_a_fast_hosts_jitter_is_not_a_rise_in_latency() -> None:
     """Loopback-fast answers that jitter (1 ms, then 4 ms, 9 ms, 30 ms) are no struggling server: no backoff. The
     same threefold rise above rise_floor_s (60 ms, then 200 ms) is one, and the host backs off."""

@@ -583,7 +583,7 @@ class Frontier(RobotsItems, Handback, RevisitItems):
         host.errors += 1
         if action is Action.RETRY:
             self._events["backoff"] += 1
-            host.on_trouble(now, outcome.retry_after_s, policy)
+            host.on_trouble(now, outcome.retry_after_s, policy, outcome.response_s)
             if item.attempt >= self._config.retry.max_attempts:
                 self._move(item, Event.FAIL, f"retries_exhausted:{reason}", outcome.evidence)
             else:

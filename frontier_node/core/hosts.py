@@ -149,8 +149,14 @@ class Host:
         self.failures = 0
         self.next_eligible = max(self.next_eligible, now + self.delay(policy))
 
-    def on_trouble(self, now: float, retry_after_s: float, policy: PolitenessConfig) -> None:
-        """429, 5xx or a timeout: back off this host only; honour Retry-After within bounds."""
+    def on_trouble(self, now: float, retry_after_s: float, policy: PolitenessConfig, response_s: float = 0.0) -> None:
+        """429, 5xx or a timeout: back off this host only; honour Retry-After within bounds.
+
+        `response_s` (> 0) is how long the troubled fetch took, a timeout's whole wait included: it counts in
+        the host's response time like a healthy answer's, so a host that stops answering rests factor x that
+        time, not only its delay (its request may still be running on the server)."""
+        if response_s > 0:
+            self.latency_s = response_s if self.latency_s == 0 else 0.7 * self.latency_s + 0.3 * response_s
         self.backoff = min(policy.max_backoff, self.backoff * policy.backoff_step)
         self.failures += 1
         wait = self.delay(policy)

@@ -191,7 +191,7 @@ class RobotsItems:
         # Pace after the record is in place, so the file's own Crawl-delay governs the very next request.
         if error_class or status in OVERLOAD_STATUSES or status >= 500:
             self._events["backoff"] += 1
-            host.on_trouble(now, outcome.retry_after_s, policy)
+            host.on_trouble(now, outcome.retry_after_s, policy, outcome.response_s)
         else:
             host.on_response(outcome.response_s, now, policy)
         if hop:
