@@ -699,6 +699,35 @@ def test_trickle_and_429_are_named_outcomes_and_back_the_origin_off(tmp_path: Pa
             assert politeness_violations(web, label, delay, tolerance=trickle_s + 0.03) == [], label
 
 
+def test_a_page_first_seen_too_deep_is_fetched_when_a_shallower_link_to_it_comes_later(tmp_path: Path) -> None:
+    """--max-depth 2: a/X is first linked at depth 3 (a/ -> a/A -> a/P -> a/X, suppressed), then at depth 2 from
+    b/Q, which b's Crawl-delay holds back (a/ -> b/Q -> a/X). X is within the depth limit, so it is fetched once;
+    a depth verdict is no `seen` page."""
+    sites = {
+        "a": Site(
+            pages={
+                "/": html_page(links("/A", "{{origin:b}}/Q")),
+                "/A": html_page(links("/P")),
+                "/P": html_page(links("/X")),
+                "/X": html_page(links("/") + "x"),
+            }
+        ),
+        "b": Site(
+            pages={"/Q": html_page(links("{{origin:a}}/X") + "q")},
+            robots=robots_page("User-agent: *\nCrawl-delay: 0.6\n"),
+        ),
+    }
+    with LocalWeb(sites) as web:
+        code, _, text = crawl_in_process(
+            [web.url("a")], tmp_path / "crawl", delay=0.05, scope=scope_file(web, tmp_path / "scope.txt"), max_depth=2
+        )
+        assert code == 0, text
+        assert hit_keys(web) == {("a", "/"), ("a", "/A"), ("a", "/P"), ("b", "/Q"), ("a", "/X")}, text
+        assert web.duplicates(include_robots=True) == []
+        start = {(h.label, h.resource): h.start for h in web.hits}
+        assert start[("a", "/P")] < start[("b", "/Q")], "the depth-3 link came second: the web did not test the case"
+
+
 # ==================================================================================== 7. kill -9 and resume
 
 

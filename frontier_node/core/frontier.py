@@ -47,6 +47,8 @@ __all__ = ["Completion", "Frontier", "LeaseError"]
 # Plain-string values of the enums, looked up once: reading `.value` on every transition is measurably slow.
 _VALUE: dict[State | Event, str] = {**{s: s.value for s in State}, **{e: e.value for e in Event}}
 _CACHE_LIMIT = 1 << 15
+_NEVER_TOO_DEEP = 1 << 62  # the depth of a link not suppressed for its depth
+_TOO_DEEP_LIMIT = 1 << 20  # depth-suppressed links remembered (then forgotten at once: sightings count again)
 REPEATED = "already_settled"
 """The reason of a completion answered accepted because it had landed before (a retry whose first answer was lost)."""
 # NamedTuples built on the hot path by tuple.__new__ (C, every field given): their generated keyword __new__ costs
@@ -96,6 +98,10 @@ class Frontier(RobotsItems, Handback, RevisitItems):
         self._front = FrontLayer(config.politeness)
         self._leases = LeaseBook()
         self._seen = SeenSet()
+        # Links suppressed only for their depth: fingerprint -> the least depth they were seen at. They are not
+        # `seen` (a link to the page at a smaller depth, found later, is admitted); a sighting at least as
+        # deep is a duplicate, so neither the check nor the breach count repeats per page that links them.
+        self._too_deep: dict[int, int] = {}
         self._bodies: BodyIndex = bodies or MemoryBodyIndex(config.near_duplicate_distance)
         self._budgets = Budgets(config.budgets)
         self._counts: Counter[str] = Counter()  # items by state
@@ -164,7 +170,7 @@ class Frontier(RobotsItems, Handback, RevisitItems):
         out: list[LinkVerdict] = []
         append = out.append
         seen, verdicts, owns, budgets = self._seen, self._verdicts, self._owns, self._budgets
-        abandoned = self._abandoned
+        abandoned, too_deep = self._abandoned, self._too_deep
         # Per batch, not per link: whether a link can be refused outright at all (scope or redirect hops).
         open_scope, max_hops = self._config.scope == "all", self._config.max_redirect_hops
         identities = self._identities
@@ -189,7 +195,7 @@ class Frontier(RobotsItems, Handback, RevisitItems):
                 verdicts[("wrong_owner", "")] += 1
                 append(_verdict((Verdict.WRONG_OWNER, "wrong_owner", key, domain)))
                 continue
-            if h in seen:
+            if h in seen or link.depth >= too_deep.get(h, _NEVER_TOO_DEEP):
                 verdicts[("duplicate", "")] += 1
                 append(_verdict((Verdict.DUPLICATE, "", key, domain)))
                 continue
@@ -213,11 +219,17 @@ class Frontier(RobotsItems, Handback, RevisitItems):
                     append(_verdict((Verdict.REJECTED, rule, key, domain)))
                     continue
             if rule is not None:
-                seen.add(h)
+                if rule == "depth":
+                    if len(too_deep) >= _TOO_DEEP_LIMIT:
+                        too_deep.clear()
+                    too_deep[h] = link.depth
+                else:
+                    seen.add(h)
                 verdicts[("suppressed", rule)] += 1
                 append(_verdict((Verdict.SUPPRESSED, rule, key, domain)))
                 continue
             seen.add(h)
+            too_deep.pop(h, None)
             budgets.charge(key, ident.host, domain)
             self._admit(self._new_item(ident, link))
             verdicts[("admitted", "")] += 1
