@@ -728,6 +728,33 @@ def test_a_page_first_seen_too_deep_is_fetched_when_a_shallower_link_to_it_comes
         assert start[("a", "/P")] < start[("b", "/Q")], "the depth-3 link came second: the web did not test the case"
 
 
+def test_a_page_refused_for_a_long_redirect_chain_is_fetched_when_linked_with_a_short_one(tmp_path: Path) -> None:
+    """a/r0 -> a/r1 -> ... -> a/r8: the link to a/r6 is the sixth hop, past the chain limit, and is refused. b/Q,
+    held back by b's Crawl-delay, then links a/r6 directly: a chain of two hops from there, so r6, r7, r8 and
+    r8's child are fetched, each once."""
+    pages = {"/": html_page(links("/r0", "{{origin:b}}/Q"))}
+    pages |= {f"/r{i}": redirect_page(f"/r{i + 1}") for i in range(8)}
+    pages |= {"/r8": html_page(links("/child")), "/child": html_page(links("/") + "c")}
+    sites = {
+        "a": Site(pages=pages),
+        "b": Site(
+            pages={"/Q": html_page(links("{{origin:a}}/r6") + "q")},
+            robots=robots_page("User-agent: *\nCrawl-delay: 0.6\n"),
+        ),
+    }
+    with LocalWeb(sites) as web:
+        code, report, text = crawl_in_process(
+            [web.url("a")], tmp_path / "crawl", delay=0.02, scope=scope_file(web, tmp_path / "scope.txt")
+        )
+        assert code == 0, text
+        start = {(h.label, h.resource): h.start for h in web.hits}
+        assert start[("a", "/r5")] < start[("b", "/Q")], "the long chain came second: the web did not test the case"
+        expected = {("a", p) for p in pages} | {("b", "/Q")}
+        assert hit_keys(web) == expected, text
+        assert web.duplicates(include_robots=True) == []
+        assert by_state(report, web, "fetched") == expected
+
+
 # ==================================================================================== 7. kill -9 and resume
 
 

@@ -102,6 +102,9 @@ class Frontier(RobotsItems, Handback, RevisitItems):
         # `seen` (a link to the page at a smaller depth, found later, is admitted); a sighting at least as
         # deep is a duplicate, so neither the check nor the breach count repeats per page that links them.
         self._too_deep: dict[int, int] = {}
+        # Links refused for their redirect chain alone (kept as rejected rows): fingerprint -> the item. A link to
+        # the page with a short enough chain, found later, schedules that item again rather than being a duplicate.
+        self._too_far: dict[int, Item] = {}
         self._bodies: BodyIndex = bodies or MemoryBodyIndex(config.near_duplicate_distance)
         self._budgets = Budgets(config.budgets)
         self._counts: Counter[str] = Counter()  # items by state
@@ -170,7 +173,7 @@ class Frontier(RobotsItems, Handback, RevisitItems):
         out: list[LinkVerdict] = []
         append = out.append
         seen, verdicts, owns, budgets = self._seen, self._verdicts, self._owns, self._budgets
-        abandoned, too_deep = self._abandoned, self._too_deep
+        abandoned, too_deep, too_far = self._abandoned, self._too_deep, self._too_far
         # Per batch, not per link: whether a link can be refused outright at all (scope or redirect hops).
         open_scope, max_hops = self._config.scope == "all", self._config.max_redirect_hops
         identities = self._identities
@@ -195,7 +198,12 @@ class Frontier(RobotsItems, Handback, RevisitItems):
                 verdicts[("wrong_owner", "")] += 1
                 append(_verdict((Verdict.WRONG_OWNER, "wrong_owner", key, domain)))
                 continue
-            if h in seen or link.depth >= too_deep.get(h, _NEVER_TOO_DEEP):
+            far = too_far.get(h) if too_far else None
+            if far is not None and far.state is not State.REJECTED:
+                far = None
+            if (h in seen or link.depth >= too_deep.get(h, _NEVER_TOO_DEEP)) and (
+                far is None or not link.redirect_hops < min(far.redirect_hops, max_hops + 1)
+            ):
                 verdicts[("duplicate", "")] += 1
                 append(_verdict((Verdict.DUPLICATE, "", key, domain)))
                 continue
@@ -204,8 +212,16 @@ class Frontier(RobotsItems, Handback, RevisitItems):
             hops = link.redirect_hops
             reason = "" if open_scope and hops <= max_hops else self._refusal(ident.host, domain, hops)
             if reason:
+                if far is not None:  # still refused (the scope, say): the first refusal stands
+                    verdicts[("duplicate", "")] += 1
+                    append(_verdict((Verdict.DUPLICATE, "", key, domain)))
+                    continue
                 seen.add(h)
-                self._reject(ident, link, reason)
+                rejected = self._reject(ident, link, reason)
+                if reason == "too_many_redirects":
+                    if len(too_far) >= _TOO_DEEP_LIMIT:
+                        too_far.clear()
+                    too_far[h] = rejected
                 verdicts[("rejected", reason)] += 1
                 append(_verdict((Verdict.REJECTED, reason, key, domain)))
                 continue
@@ -219,6 +235,10 @@ class Frontier(RobotsItems, Handback, RevisitItems):
                     append(_verdict((Verdict.REJECTED, rule, key, domain)))
                     continue
             if rule is not None:
+                if far is not None:
+                    verdicts[("suppressed", rule)] += 1
+                    append(_verdict((Verdict.SUPPRESSED, rule, key, domain)))
+                    continue
                 if rule == "depth":
                     if len(too_deep) >= _TOO_DEEP_LIMIT:
                         too_deep.clear()
@@ -231,7 +251,11 @@ class Frontier(RobotsItems, Handback, RevisitItems):
             seen.add(h)
             too_deep.pop(h, None)
             budgets.charge(key, ident.host, domain)
-            self._admit(self._new_item(ident, link))
+            if far is not None:
+                del too_far[h]
+                self._readmit(far, link)
+            else:
+                self._admit(self._new_item(ident, link))
             verdicts[("admitted", "")] += 1
             append(_verdict((Verdict.ADMITTED, "", key, domain)))
         if out:
@@ -294,10 +318,25 @@ class Frontier(RobotsItems, Handback, RevisitItems):
                     link.priority, self._next_seq(), link.redirect_hops, source=link.source_key,
                     payload=link.payload)  # fmt: skip
 
-    def _reject(self, ident: FetchTarget, link: LinkLike, reason: str) -> None:
+    def _reject(self, ident: FetchTarget, link: LinkLike, reason: str) -> Item:
         item = self._new_item(ident, link)
         item.payload = b""  # kept for items that will be leased only
         self._move(item, Event.REJECT, reason, data=pack_admit(item))
+        return item
+
+    def _readmit(self, item: Item, link: LinkLike) -> None:
+        """A page refused for its redirect chain, linked again with a chain short enough: scheduled as found now."""
+        if item.state is not State.REJECTED:
+            return
+        item.depth, item.priority, item.redirect_hops = link.depth, link.priority, link.redirect_hops
+        item.source, item.payload, item.attempt = link.source_key, link.payload, 0
+        self._move(item, Event.RECONSIDER, "reconsidered:too_many_redirects", data=pack_admit(item))
+        host = self._front.host(item.host, item.domain)
+        self._domains.add(item.domain)
+        if item.origin not in host.robots and item.origin not in host.robots_items:
+            self._admit_robots(host, item.origin)
+        host.push(item, self._admission_window)
+        self._front.wake(host, self._now)
 
     def _admit(self, item: Item) -> None:
         """discovered -> admitted -> scheduled, then queued on its host (with a robots item for a new origin)."""
