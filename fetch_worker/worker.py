@@ -54,6 +54,7 @@ COMPLETE_LINKS = 10_000
 once the node said they are to be followed."""
 ROUTE_BATCH = 2048
 _SENT_LIMIT = 1 << 17
+_NEVER_SENT = 1 << 62  # the depth of a link this worker has not sent
 _IDLE_S = 0.05  # a node that answered empty without waiting (or drained) is asked again after this
 _ARCHIVE_ON_LOOP_BYTES = 256 * 1024
 _START_MARGIN_S = 1.0
@@ -118,7 +119,7 @@ class Worker:
         self._open = False  # run() takes new items (completions ask for leases only then)
         self._stop = asyncio.Event()
         self._handback: set[asyncio.Future[None]] = set()
-        self._sent: set[object] = set()
+        self._sent: dict[object, int] = {}  # reference key -> the least depth a node has taken it at
         self._written: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self.drained_nodes: set[str] = set()
         self.fatal: NodeStoreLost | None = None
@@ -428,18 +429,21 @@ class Worker:
         return [
             pb.Link(observed=href, base_url=base, source_key=source, depth=depth)
             for href, key in zip(hrefs, reference_keys(hrefs, base), strict=True)
-            if key not in sent
+            if sent.get(key, _NEVER_SENT) > depth  # a link taken deeper may be admitted at this depth
         ]
 
     def _remember(self, links: list[pb.Link]) -> None:
         """Links a node has taken (admitted, deduplicated, rejected or handed back for routing) need not be sent
-        again by this worker: navigation repeated on every page then costs neither messages nor node time."""
+        again by this worker at the same depth or deeper: navigation repeated on every page then costs neither
+        messages nor node time, and a link refused for its depth is sent again when found shallower."""
         sent = self._sent
         if len(sent) > _SENT_LIMIT:
             sent.clear()
         for link in links:
             if not link.redirect_hops:
-                sent.add(reference_key(link.observed, link.base_url))
+                key = reference_key(link.observed, link.base_url)
+                if link.depth < sent.get(key, _NEVER_SENT):
+                    sent[key] = link.depth
 
     def _archive(self, r: FetchResult, item: pb.LeaseItem | None = None) -> str:
         """Write the fetch to WARC: a revisit record for a 304 to a revisit, for a revisit whose body is the one

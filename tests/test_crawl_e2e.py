@@ -699,16 +699,20 @@ def test_trickle_and_429_are_named_outcomes_and_back_the_origin_off(tmp_path: Pa
             assert politeness_violations(web, label, delay, tolerance=trickle_s + 0.03) == [], label
 
 
-def test_a_page_first_seen_too_deep_is_fetched_when_a_shallower_link_to_it_comes_later(tmp_path: Path) -> None:
+@pytest.mark.parametrize("href", ["/X", "{{origin:a}}/X"])
+def test_a_page_first_seen_too_deep_is_fetched_when_a_shallower_link_to_it_comes_later(
+    tmp_path: Path, href: str
+) -> None:
     """--max-depth 2: a/X is first linked at depth 3 (a/ -> a/A -> a/P -> a/X, suppressed), then at depth 2 from
-    b/Q, which b's Crawl-delay holds back (a/ -> b/Q -> a/X). X is within the depth limit, so it is fetched once;
-    a depth verdict is no `seen` page."""
+    b/Q, which b's Crawl-delay holds back (a/ -> b/Q -> a/X). X is within the depth limit, so it is fetched once:
+    a depth verdict is no `seen` page at the node, nor a link the worker need not send again (P's link spelled
+    as Q's is, absolute, is the same link to the worker)."""
     sites = {
         "a": Site(
             pages={
                 "/": html_page(links("/A", "{{origin:b}}/Q")),
                 "/A": html_page(links("/P")),
-                "/P": html_page(links("/X")),
+                "/P": html_page(links(href)),
                 "/X": html_page(links("/") + "x"),
             }
         ),
