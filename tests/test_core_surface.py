@@ -94,3 +94,19 @@ def test_held_domains_and_recount_are_the_cluster_slice_s_levers() -> None:
     assert f.drained and f.stats().urls_by_state == {"scheduled": 0, "fetched": 2}
     f.release({"a.example"})
     assert f.domains == frozenset({"b.example"}) and f.host("www.a.example") is None
+
+
+def test_a_page_refused_for_its_redirect_chain_is_scheduled_by_a_short_link_until_its_domain_leaves() -> None:
+    """A link at hop 6 of a redirect chain is rejected; a later direct link schedules that page. Once the node
+    releases the page's domain (a handoff), its refusals are no longer its own to reconsider."""
+    from frontier_node.core.records import Verdict
+
+    core = Frontier(MemoryStore(), VirtualClock(), FrontierConfig(politeness=PolitenessConfig(min_delay_s=0.0)))
+    (far,) = core.discover([Link("http://a.example/x", redirect_hops=6)])
+    assert (far.verdict, far.reason) == (Verdict.REJECTED, "too_many_redirects")
+    (near,) = core.discover([Link("http://a.example/x", redirect_hops=0)])
+    assert near.verdict is Verdict.ADMITTED
+    core.discover([Link("http://b.example/y", redirect_hops=6)])
+    core.release({"b.example"})
+    (after,) = core.discover([Link("http://b.example/y", redirect_hops=0)])
+    assert after.verdict is Verdict.DUPLICATE, "a released domain's refusal was reconsidered from a stale item"

@@ -48,7 +48,9 @@ __all__ = ["Completion", "Frontier", "LeaseError"]
 _VALUE: dict[State | Event, str] = {**{s: s.value for s in State}, **{e: e.value for e in Event}}
 _CACHE_LIMIT = 1 << 15
 _NEVER_TOO_DEEP = 1 << 62  # the depth of a link not suppressed for its depth
-_TOO_DEEP_LIMIT = 1 << 20  # depth-suppressed links remembered (then forgotten at once: sightings count again)
+_TOO_DEEP_LIMIT = 1 << 16
+"""Links refused for their depth or redirect chain alone that a node remembers (then it forgets them at once and
+sightings count again): at ~100 B (a depth) and ~400 B (a rejected item) each, a few MB and ~25 MB at most."""
 REPEATED = "already_settled"
 """The reason of a completion answered accepted because it had landed before (a retry whose first answer was lost)."""
 # NamedTuples built on the hot path by tuple.__new__ (C, every field given): their generated keyword __new__ costs
@@ -892,7 +894,10 @@ class Frontier(RobotsItems, Handback, RevisitItems):
         `counts` (state -> rows of those domains) keeps the per-state totals right; a shell that can count
         from its store after the release (the cluster does) passes nothing and calls recount() instead.
         """
-        gone = set(domains) & self._domains
+        leaving = set(domains)
+        if self._too_far:  # their rows are the new owner's to change now: no stale item is reconsidered here later
+            self._too_far = {h: it for h, it in self._too_far.items() if it.domain not in leaving}
+        gone = leaving & self._domains
         if not gone:
             return
         self._domains -= gone
