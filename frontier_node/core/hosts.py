@@ -141,13 +141,17 @@ class Host:
             and response_s > policy.latency_rise * self.latency_s
             and response_s >= policy.rise_floor_s
         )
-        self.latency_s = response_s if self.latency_s == 0 else 0.7 * self.latency_s + 0.3 * response_s
+        self._observe(response_s)
         if rising:
             self.backoff = min(policy.max_backoff, self.backoff * policy.backoff_step)
         else:
             self.backoff = max(1.0, self.backoff * policy.recovery)
         self.failures = 0
         self.next_eligible = max(self.next_eligible, now + self.delay(policy))
+
+    def _observe(self, response_s: float) -> None:
+        """Fold one fetch's duration into the host's recent response time (an exponential average)."""
+        self.latency_s = response_s if self.latency_s == 0 else 0.7 * self.latency_s + 0.3 * response_s
 
     def on_trouble(self, now: float, retry_after_s: float, policy: PolitenessConfig, response_s: float = 0.0) -> None:
         """429, 5xx or a timeout: back off this host only; honour Retry-After within bounds.
@@ -156,7 +160,7 @@ class Host:
         the host's response time like a healthy answer's, so a host that stops answering rests factor x that
         time, not only its delay (its request may still be running on the server)."""
         if response_s > 0:
-            self.latency_s = response_s if self.latency_s == 0 else 0.7 * self.latency_s + 0.3 * response_s
+            self._observe(response_s)
         self.backoff = min(policy.max_backoff, self.backoff * policy.backoff_step)
         self.failures += 1
         wait = self.delay(policy)
