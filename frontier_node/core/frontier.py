@@ -333,22 +333,22 @@ class Frontier(RobotsItems, Handback, RevisitItems):
         item.depth, item.priority, item.redirect_hops = link.depth, link.priority, link.redirect_hops
         item.source, item.payload, item.attempt = link.source_key, link.payload, 0
         self._move(item, Event.RECONSIDER, "reconsidered:too_many_redirects", data=pack_admit(item))
-        host = self._front.host(item.host, item.domain)
-        self._domains.add(item.domain)
-        if item.origin not in host.robots and item.origin not in host.robots_items:
-            self._admit_robots(host, item.origin)
-        host.push(item, self._admission_window)
-        self._front.wake(host, self._now)
+        self._enqueue(item, self._admission_window)
 
     def _admit(self, item: Item) -> None:
         """discovered -> admitted -> scheduled, then queued on its host (with a robots item for a new origin)."""
         self._move(item, Event.ADMIT, data=pack_admit(item))
         self._move(item, Event.SCHEDULE)
+        self._enqueue(item, self._admission_window)
+
+    def _enqueue(self, item: Item, window: int) -> None:
+        """Queue a scheduled item on its host (at most `window` of them in RAM), with a robots item first for a
+        page of an origin the host knows nothing of, and wake the host."""
         host = self._front.host(item.host, item.domain)
         self._domains.add(item.domain)
         if item.kind is Kind.PAGE and item.origin not in host.robots and item.origin not in host.robots_items:
             self._admit_robots(host, item.origin)
-        host.push(item, self._admission_window)
+        host.push(item, window)
         self._front.wake(host, self._now)
 
     # ================================================================== leasing

@@ -71,6 +71,9 @@ class Handback:
     def _admit_robots(self, host: Host, origin: str) -> None:
         raise NotImplementedError
 
+    def _enqueue(self, item: Item, window: int) -> None:
+        raise NotImplementedError
+
     def _requeue(self, host: Host, item: Item) -> None:
         raise NotImplementedError
 
@@ -168,13 +171,8 @@ class Handback:
             self._budgets.charge(item.url, item.host, item.domain)
         item.attempt = 0  # the tries before the refusal belong to the run that refused it
         self._move(item, Event.RECONSIDER, f"reconsidered:{why}")
-        host = self._front.host(item.host, item.domain)
-        host.domain = item.domain
-        self._domains.add(item.domain)
-        if item.origin not in host.robots and item.origin not in host.robots_items:
-            self._admit_robots(host, item.origin)
-        host.push(item, self._config.window)
-        self._front.wake(host, self._now)
+        self._front.host(item.host, item.domain).domain = item.domain  # a host first known by a robots record has none
+        self._enqueue(item, self._config.window)
         done[why] += 1
 
 
