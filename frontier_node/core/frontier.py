@@ -204,7 +204,7 @@ class Frontier(RobotsItems, Handback, RevisitItems):
             if far is not None and far.state is not State.REJECTED:
                 far = None
             if (h in seen or link.depth >= too_deep.get(h, _NEVER_TOO_DEEP)) and (
-                far is None or not link.redirect_hops < min(far.redirect_hops, max_hops + 1)
+                far is None or link.redirect_hops >= min(far.redirect_hops, max_hops + 1)
             ):
                 verdicts[("duplicate", "")] += 1
                 append(_verdict((Verdict.DUPLICATE, "", key, domain)))
