@@ -95,6 +95,10 @@ class CrawlOptions:
     duration_s: float | None = None  # --duration: stop cleanly after this long and report (exit 0)
 
 
+_SHOWN_SEEDS = 10  # a refused seeds file is named by its first few bad lines, each cut short: one readable line
+_SHOWN_CHARS = 200
+
+
 def read_seeds(urls: list[str], seeds_file: Path | None) -> list[str]:
     """Seeds from the command line and a file (one per line, # comments), each checked to be a crawlable URL."""
     seeds = list(urls)
@@ -114,10 +118,6 @@ def read_seeds(urls: list[str], seeds_file: Path | None) -> list[str]:
         )
         raise CrawlError(f"not a crawlable URL: {listed}; give http:// or https:// URLs")
     return seeds
-
-
-_SHOWN_SEEDS = 10  # a refused seeds file is named by its first few bad lines, each cut short: one readable line
-_SHOWN_CHARS = 200
 
 
 # ---------------------------------------------------------------------------------------------- the node child
