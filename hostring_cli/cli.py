@@ -342,7 +342,7 @@ def _crawl_options(
 
     mode, scope_file = scope_setting(args.scope, args.scope_file)
     _scope_entries(scope_file)  # read by the crawl's node: refused here, before anything starts, if it cannot be
-    config = frontier_config(args)  # the user agent and the revisit policy
+    config = frontier_config(args)  # for its revisit policy (the parser has checked the user agent)
     try:
         NetworkPolicy(args.allow_network)
     except ValueError as e:
