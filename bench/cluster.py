@@ -335,7 +335,7 @@ def _pids(c: BenchCluster) -> dict[str, int]:
     return pids
 
 
-def _outcome(item: pb.LeaseItem, n: int) -> pb.CompleteRequest:
+def _outcome(item: pb.LeaseItem, n: int, worker_id: str) -> pb.CompleteRequest:
     if item.kind == pb.ROBOTS:
         outcome = pb.Outcome(status=404, retry_after_s=-1)
     else:
@@ -347,12 +347,12 @@ def _outcome(item: pb.LeaseItem, n: int) -> pb.CompleteRequest:
             body_digest=f"sha256:{n:064x}",
             simhash=(n * 0x9E3779B97F4A7C15) & (2**64 - 1) or 1,
         )
-    return pb.CompleteRequest(lease_id=item.lease_id, generation=item.generation, outcome=outcome, worker_id="bench")
+    return pb.CompleteRequest(lease_id=item.lease_id, generation=item.generation, outcome=outcome, worker_id=worker_id)
 
 
-def _complete(stub: pb_grpc.FrontierStub, items: Sequence[pb.LeaseItem], seq: Iterator[int]) -> int:
-    """One CompleteBatch of a lease's items; how many were accepted."""
-    batch = pb.CompleteBatchRequest(completions=[_outcome(it, next(seq)) for it in items])
+def _complete(stub: pb_grpc.FrontierStub, items: Sequence[pb.LeaseItem], seq: Iterator[int], worker_id: str) -> int:
+    """One CompleteBatch of a lease's items, as the worker that leased them; how many were accepted."""
+    batch = pb.CompleteBatchRequest(completions=[_outcome(it, next(seq), worker_id) for it in items])
     return sum(1 for r in stub.CompleteBatch(batch, timeout=RPC_TIMEOUT_S).results if r.accepted)
 
 
@@ -367,7 +367,7 @@ def lease_complete_all(t: Target, w: Workload) -> dict[str, Any]:
             items = stub.Lease(pb.LeaseRequest(worker_id="bench", max_items=w.lease_batch), timeout=RPC_TIMEOUT_S).items
             robots_items = [it for it in items if it.kind == pb.ROBOTS]
             if items:
-                _complete(stub, items, seq)
+                _complete(stub, items, seq, "bench")
             robots += len(robots_items)
             if not robots_items:
                 break
@@ -388,7 +388,7 @@ def lease_complete_all(t: Target, w: Workload) -> dict[str, Any]:
                     items = stub.Lease(req, timeout=RPC_TIMEOUT_S).items
                     if not items:
                         return
-                    accepted = _complete(stub, items, seq)
+                    accepted = _complete(stub, items, seq, worker)
                     with lock:
                         done[n] += accepted
                         refused[0] += len(items) - accepted

@@ -476,7 +476,8 @@ def grpc_discover(node: NodeProcess, urls: list[str], w: Workload) -> dict[str, 
     }
 
 
-def _complete_request(item: pb.LeaseItem, n: int) -> pb.CompleteRequest:
+def _complete_request(item: pb.LeaseItem, n: int, worker_id: str) -> pb.CompleteRequest:
+    """The completion of a leased item, sent as `worker_id`: the worker that leased it (only the holder settles)."""
     if item.kind == pb.ROBOTS:
         outcome = pb.Outcome(status=404, retry_after_s=-1)
     else:
@@ -489,7 +490,7 @@ def _complete_request(item: pb.LeaseItem, n: int) -> pb.CompleteRequest:
             body_digest=o.body_digest,
             simhash=o.simhash,
         )
-    return pb.CompleteRequest(lease_id=item.lease_id, generation=item.generation, outcome=outcome, worker_id="bench")
+    return pb.CompleteRequest(lease_id=item.lease_id, generation=item.generation, outcome=outcome, worker_id=worker_id)
 
 
 def grpc_lease_complete(node: NodeProcess, hosts: int, w: Workload) -> dict[str, Any]:
@@ -501,7 +502,9 @@ def grpc_lease_complete(node: NodeProcess, hosts: int, w: Workload) -> dict[str,
         items = stub.Lease(pb.LeaseRequest(worker_id="bench", max_items=w.lease_batch), timeout=RPC_TIMEOUT_S).items
         if not items:
             break
-        futures = [stub.Complete.future(_complete_request(it, next(seq)), timeout=RPC_TIMEOUT_S) for it in items]
+        futures = [
+            stub.Complete.future(_complete_request(it, next(seq), "bench"), timeout=RPC_TIMEOUT_S) for it in items
+        ]
         for it, f in zip(items, futures, strict=True):
             if not f.result().accepted:
                 raise RuntimeError(f"Complete of {it.fetch_key} refused")
@@ -521,7 +524,7 @@ def grpc_lease_complete(node: NodeProcess, hosts: int, w: Workload) -> dict[str,
             items = stub.Lease(pb.LeaseRequest(worker_id=worker, max_items=w.lease_batch), timeout=RPC_TIMEOUT_S).items
             if not items:
                 return
-            batch = pb.CompleteBatchRequest(completions=[_complete_request(it, next(seq)) for it in items])
+            batch = pb.CompleteBatchRequest(completions=[_complete_request(it, next(seq), worker) for it in items])
             results = stub.CompleteBatch(batch, timeout=RPC_TIMEOUT_S).results
             for it, r in zip(items, results, strict=True):
                 if not r.accepted:
@@ -559,7 +562,8 @@ def grpc_drain(node: NodeProcess, pw: PeerWorkload) -> dict[str, Any]:
                 if resp.drained:
                     return
                 continue
-            batch = pb.CompleteBatchRequest(completions=[_complete_request(it, next(seq)) for it in resp.items])
+            completions = [_complete_request(it, next(seq), request.worker_id) for it in resp.items]
+            batch = pb.CompleteBatchRequest(completions=completions)
             results = stub.CompleteBatch(batch, timeout=RPC_TIMEOUT_S).results
             for it, r in zip(resp.items, results, strict=True):
                 if not r.accepted:

@@ -168,7 +168,8 @@ class Complete(Op[list[Settled]]):
     first in one call, in request order, and the core's claims then read the answers.
 
     Links whose domain another node owns go to the outbox in the same commit when there is one (the reply then
-    carries none), else back in `forward`. A lease whose domain this node does not own answers wrong_owner.
+    carries none), else back in `forward`. A lease whose domain this node does not own answers wrong_owner; one
+    whose holder is not the completion's worker_id (an empty one included) is refused as not_holder.
     With `lease` (worker id, how many), the last slice then leases up to that many items for the worker in the
     same commit (zero-wait turnaround: a host a completion released goes out at once when its politeness
     allows); they are in `leased` once the op finished (none in a domain a newer owner fenced).
@@ -199,7 +200,10 @@ class Complete(Op[list[Settled]]):
             end += 1
         prime = self.prime if end - start > 1 else None  # one completion claims on its own: nothing to save
         if prime is not None:
-            claims = [core.body_claim(r.lease_id, r.generation, r.outcome) for r in self.completions[start:end]]
+            claims = [
+                core.body_claim(r.lease_id, r.generation, r.outcome, worker_id=r.worker_id)
+                for r in self.completions[start:end]
+            ]
             prime([c for c in claims if c is not None])
         try:
             for request in self.completions[start:end]:
@@ -217,7 +221,9 @@ class Complete(Op[list[Settled]]):
         domain = lease_domain(core, request.lease_id)
         if not core.owns(domain):
             return Settled(reason=WRONG_OWNER, wrong_owner=True), domain
-        done = core.complete(request.lease_id, request.generation, request.outcome, request.links)
+        done = core.complete(
+            request.lease_id, request.generation, request.outcome, request.links, worker_id=request.worker_id
+        )
         forward = done.forward
         if forward and self.outbox is not None:
             self.outbox.forward(forward)

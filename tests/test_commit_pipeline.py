@@ -229,7 +229,7 @@ def seed(stub: pb_grpc.FrontierStub, hosts: int, per_host: int) -> None:
     while True:
         items = stub.Lease(pb.LeaseRequest(worker_id="robots", max_items=200), timeout=RPC_S).items
         robots = [it for it in items if it.kind == pb.ROBOTS]
-        stub.CompleteBatch(completions(items), timeout=RPC_S)
+        stub.CompleteBatch(completions(items, "robots"), timeout=RPC_S)
         if not robots:
             return
 
@@ -237,7 +237,7 @@ def seed(stub: pb_grpc.FrontierStub, hosts: int, per_host: int) -> None:
 _digests = itertools.count(1)
 
 
-def completions(items: Any) -> pb.CompleteBatchRequest:
+def completions(items: Any, worker_id: str) -> pb.CompleteBatchRequest:
     out = []
     for it in items:
         if it.kind == pb.ROBOTS:
@@ -245,7 +245,9 @@ def completions(items: Any) -> pb.CompleteBatchRequest:
         else:
             n = next(_digests)
             outcome = pb.Outcome(status=200, retry_after_s=-1, content_type="text/html", body_digest=f"sha256:{n:064x}")
-        out.append(pb.CompleteRequest(lease_id=it.lease_id, generation=it.generation, outcome=outcome))
+        out.append(
+            pb.CompleteRequest(lease_id=it.lease_id, generation=it.generation, outcome=outcome, worker_id=worker_id)
+        )
     return pb.CompleteBatchRequest(completions=out)
 
 
@@ -267,7 +269,7 @@ def streams(address: str, count: int, may_end: Callable[[], bool], on_answer: Ca
                             time.sleep(0.05)
                             continue
                         on_answer("leased", [it.url for it in items])
-                        results = stub.CompleteBatch(completions(items), timeout=RPC_S).results
+                        results = stub.CompleteBatch(completions(items, f"w{n}"), timeout=RPC_S).results
                         on_answer("fetched", [it.url for it, r in zip(items, results, strict=True) if r.accepted])
                     except grpc.RpcError as e:
                         if e.code() is not grpc.StatusCode.UNKNOWN and e.code() is not grpc.StatusCode.UNAVAILABLE:

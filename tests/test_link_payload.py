@@ -179,7 +179,10 @@ def test_a_node_hands_the_payload_back_on_lease_also_after_sigkill(tmp_path: Pat
                 if item.kind == pb.ROBOTS:
                     stub.Complete(
                         pb.CompleteRequest(
-                            lease_id=item.lease_id, generation=item.generation, outcome=pb.Outcome(status=404)
+                            lease_id=item.lease_id,
+                            generation=item.generation,
+                            outcome=pb.Outcome(status=404),
+                            worker_id="t",
                         ),
                         timeout=10,
                     )

@@ -103,14 +103,17 @@ def seed_past_robots(stub: pb_grpc.FrontierStub, page: str) -> None:
     stub.Discover(pb.DiscoverRequest(links=[pb.Link(observed=page, seed=True)]), timeout=RPC_S)
     robots = stub.Lease(pb.LeaseRequest(worker_id="setup", max_items=5), timeout=RPC_S).items
     done = pb.CompleteRequest(lease_id=robots[0].lease_id, generation=robots[0].generation,
-                              outcome=pb.Outcome(status=404, retry_after_s=-1))  # fmt: skip
+                              outcome=pb.Outcome(status=404, retry_after_s=-1), worker_id="setup")  # fmt: skip
     stub.Complete(done, timeout=RPC_S)
 
 
 def complete(
-    node: Node, item: pb.LeaseItem, outcome: pb.Outcome, *, timeout: float = RPC_S, **kw: Any
+    node: Node, item: pb.LeaseItem, outcome: pb.Outcome, *, timeout: float = RPC_S, worker_id: str = "t", **kw: Any
 ) -> pb.CompleteResponse:
-    request = pb.CompleteRequest(lease_id=item.lease_id, generation=item.generation, outcome=outcome, **kw)
+    """Complete `item` as `worker_id`, the worker it was leased to (only the lease's holder settles it)."""
+    request = pb.CompleteRequest(
+        lease_id=item.lease_id, generation=item.generation, outcome=outcome, worker_id=worker_id, **kw
+    )
     return node.stub.Complete(request, timeout=timeout)
 
 
@@ -531,7 +534,7 @@ def home_node(store: MemoryStore, *, outbox: bool) -> Iterator[tuple[Served, pb.
             stub.Discover(pb.DiscoverRequest(links=[pb.Link(observed=f"http://{HOME}/", seed=True)]), timeout=RPC_S)
             (robots,) = stub.Lease(pb.LeaseRequest(worker_id="t", max_items=5), timeout=RPC_S).items
             req = pb.CompleteRequest(lease_id=robots.lease_id, generation=robots.generation,
-                                     outcome=pb.Outcome(status=404, retry_after_s=-1))  # fmt: skip
+                                     outcome=pb.Outcome(status=404, retry_after_s=-1), worker_id="t")  # fmt: skip
             stub.Complete(req, timeout=RPC_S)
             (page,) = stub.Lease(pb.LeaseRequest(worker_id="t", max_items=5), timeout=RPC_S).items
         yield served, page
@@ -541,7 +544,9 @@ def home_node(store: MemoryStore, *, outbox: bool) -> Iterator[tuple[Served, pb.
 
 def page_done(page: pb.LeaseItem, links: list[pb.Link]) -> pb.CompleteRequest:
     outcome = pb.Outcome(status=200, retry_after_s=-1, content_type="text/html", body_digest="sha256:aa")
-    return pb.CompleteRequest(lease_id=page.lease_id, generation=page.generation, outcome=outcome, links=links)
+    return pb.CompleteRequest(
+        lease_id=page.lease_id, generation=page.generation, outcome=outcome, links=links, worker_id="t"
+    )
 
 
 def foreign(n: int, pad: int = 30) -> list[pb.Link]:
@@ -729,7 +734,7 @@ def test_a_forged_completion_does_not_sink_its_batch() -> None:
         robots = stub.Lease(pb.LeaseRequest(worker_id="t", max_items=5), timeout=RPC_S).items
         ok = pb.Outcome(status=404, retry_after_s=-1)
         forged = pb.Outcome(status=200, response_s=math.inf, retry_after_s=-1)
-        batch = [pb.CompleteRequest(lease_id=it.lease_id, generation=it.generation, outcome=o)
+        batch = [pb.CompleteRequest(lease_id=it.lease_id, generation=it.generation, outcome=o, worker_id="t")
                  for it, o in zip(robots, (ok, forged), strict=True)]  # fmt: skip
         first, second = stub.CompleteBatch(pb.CompleteBatchRequest(completions=batch), timeout=RPC_S).results
         assert first.accepted and first.state == "fetched"
@@ -738,7 +743,7 @@ def test_a_forged_completion_does_not_sink_its_batch() -> None:
             "invalid_argument: CompleteBatchRequest.completions[1].outcome.response_s: inf is not a finite number"
         )
         again = stub.Complete(pb.CompleteRequest(lease_id=robots[1].lease_id, generation=robots[1].generation,
-                                                 outcome=ok), timeout=RPC_S)  # fmt: skip
+                                                 outcome=ok, worker_id="t"), timeout=RPC_S)  # fmt: skip
         assert again.accepted, "the forged completion settled its lease"
 
 
@@ -760,7 +765,7 @@ def test_a_renewal_never_shortens_a_lease() -> None:
         assert not other.items, "the host was leased again while its fetch was in flight"
         info = stub.GetUrl(pb.GetUrlRequest(url=page.url), timeout=RPC_S)
         assert info.state == "leased" and info.generation == page.generation
-        assert complete(_Stubbed(stub), page, pb.Outcome(status=200, retry_after_s=-1)).accepted
+        assert complete(_Stubbed(stub), page, pb.Outcome(status=200, retry_after_s=-1), worker_id="a").accepted
 
 
 def test_an_address_is_freed_of_the_requests_counted_against_it() -> None:
@@ -802,10 +807,11 @@ def test_a_fetch_handed_back_is_not_counted_as_a_try() -> None:
             (page,) = stub.Lease(pb.LeaseRequest(worker_id="w", wait_ms=2_000), timeout=RPC_S).items
             attempts.append(page.attempt)
             if len(attempts) < 3:
-                handed = complete(_Stubbed(stub), page, pb.Outcome(error_class="worker_shutdown", retry_after_s=-1))
+                back = pb.Outcome(error_class="worker_shutdown", retry_after_s=-1)
+                handed = complete(_Stubbed(stub), page, back, worker_id="w")
                 assert handed.accepted and handed.state == "scheduled", handed
         assert attempts == [1, 1, 1]
-        done = complete(_Stubbed(stub), page, pb.Outcome(status=503, retry_after_s=-1))
+        done = complete(_Stubbed(stub), page, pb.Outcome(status=503, retry_after_s=-1), worker_id="w")
         assert done.accepted and done.state == "retryable", done
 
 

@@ -55,7 +55,7 @@ def _lease(stub: pb_grpc.FrontierStub) -> list[pb.LeaseItem]:
 
 
 def _complete(stub: pb_grpc.FrontierStub, item: pb.LeaseItem, outcome: pb.Outcome) -> pb.CompleteResponse:
-    request = pb.CompleteRequest(lease_id=item.lease_id, generation=item.generation, outcome=outcome)
+    request = pb.CompleteRequest(lease_id=item.lease_id, generation=item.generation, outcome=outcome, worker_id="test")
     resp: pb.CompleteResponse = stub.Complete(request, timeout=RPC_TIMEOUT_S)
     return resp
 

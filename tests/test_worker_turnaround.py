@@ -101,7 +101,8 @@ def test_items_leased_with_a_completion_after_the_run_stopped_are_handed_back() 
                 try:
                     robots = stub.Lease(pb.LeaseRequest(worker_id=worker.worker_id, max_items=5), timeout=RPC_S).items
                     done = pb.CompleteRequest(lease_id=robots[0].lease_id, generation=robots[0].generation,
-                                              outcome=pb.Outcome(status=404, retry_after_s=-1))  # fmt: skip
+                                              outcome=pb.Outcome(status=404, retry_after_s=-1),
+                                              worker_id=worker.worker_id)  # fmt: skip
                     request = pb.CompleteBatchRequest(completions=[done], worker_id=worker.worker_id, lease_max_items=5)
                     leased = stub.CompleteBatch(request, timeout=RPC_S).leases
                     assert [it.url for it in leased] == ["http://h0.example/p0"]

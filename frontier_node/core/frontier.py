@@ -53,6 +53,9 @@ _TOO_DEEP_LIMIT = 1 << 16
 sightings count again): at ~100 B (a depth) and ~400 B (a rejected item) each, a few MB and ~25 MB at most."""
 REPEATED = "already_settled"
 """The reason of a completion answered accepted because it had landed before (a retry whose first answer was lost)."""
+NOT_HOLDER = "not_holder"
+"""The reason of a completion refused because its worker is not the one the lease was granted to (kept as late
+evidence, as a stale one is): lease ids are URLs and generations count from 1, so any client can name a lease."""
 # NamedTuples built on the hot path by tuple.__new__ (C, every field given): their generated keyword __new__ costs
 # about 0.3 us more per call, once per link and once per journal line.
 _verdict = cast(Callable[[tuple[Verdict, str, str, str]], LinkVerdict], partial(tuple.__new__, LinkVerdict))
@@ -453,21 +456,37 @@ class Frontier(RobotsItems, Handback, RevisitItems):
         item = self._leases.leased(key)
         return item.domain if item is not None else None
 
-    def body_claim(self, key: str, generation: int, outcome: OutcomeLike) -> tuple[str, int, str] | None:
+    def body_claim(
+        self, key: str, generation: int, outcome: OutcomeLike, *, worker_id: str | None = None
+    ) -> tuple[str, int, str] | None:
         """The (digest, simhash, key) `complete` would register in the body index for this outcome, else None: a
-        shell registers a batch's bodies ahead in one round trip with it (see RedisBodyIndex.prime)."""
+        shell registers a batch's bodies ahead in one round trip with it (see RedisBodyIndex.prime). `worker_id`
+        as for `complete`: a completion it would refuse claims nothing."""
         item = self._leases.leased(key)
         if item is None or item.generation != generation or outcome.error_class == HANDED_BACK:
+            return None
+        if worker_id is not None and worker_id != item.reason:
             return None
         return self._claim_of(item, outcome)
 
     # ================================================================== completion
 
-    def complete(self, key: str, generation: int, outcome: OutcomeLike, links: Sequence[LinkLike] = ()) -> Completion:
+    def complete(
+        self,
+        key: str,
+        generation: int,
+        outcome: OutcomeLike,
+        links: Sequence[LinkLike] = (),
+        *,
+        worker_id: str | None = None,
+    ) -> Completion:
         """Settle a lease with its outcome and admit the links found, if they are to be followed.
 
         A stale or unknown lease is journaled as late evidence only and its links are dropped, except a completion
-        sent again after it landed (see `_repeated`), which is answered as the first was. Links whose
+        sent again after it landed (see `_repeated`), which is answered as the first was. So is a current one
+        whose `worker_id` is not its holder's (NOT_HOLDER; a hand-back too): the worker it was granted to, the
+        reason of its `lease` journal line. None checks nothing: an in-process caller that is the holder by
+        construction; the gRPC shell always passes the request's worker_id (an empty one holds no lease). Links whose
         domain another node owns go to the outbox, in the same flush as the completion, when the node has one
         (a cluster node); else they come back in `forward` for the caller to route.
         """
@@ -478,6 +497,8 @@ class Frontier(RobotsItems, Handback, RevisitItems):
             if item is None and (again := self._repeated(row, generation, outcome)) is not None:
                 return again
             return self._late(key, generation, outcome, "stale_generation" if item else "unknown_lease", row)
+        if worker_id is not None and worker_id != item.reason:  # a leased item's reason is its holder (_grant)
+            return self._late(key, generation, outcome, NOT_HOLDER, item)
         if outcome.error_class == HANDED_BACK:
             self._hand_back(item, HANDED_BACK)
             return Completion(True, item.state.value, False, HANDED_BACK)
