@@ -51,6 +51,8 @@ _NEVER_TOO_DEEP = 1 << 62  # the depth of a link not suppressed for its depth
 _TOO_DEEP_LIMIT = 1 << 16
 """Links refused for their depth or redirect chain alone that a node remembers (then it forgets them at once and
 sightings count again): at ~100 B (a depth) and ~400 B (a rejected item) each, a few MB and ~25 MB at most."""
+_TOO_FAR = "too_many_redirects"
+"""The refusal of a link at the end of a redirect chain too long: a later link with a short chain schedules it."""
 REPEATED = "already_settled"
 """The reason of a completion answered accepted because it had landed before (a retry whose first answer was lost)."""
 NOT_HOLDER = "not_holder"
@@ -223,7 +225,7 @@ class Frontier(RobotsItems, Handback, RevisitItems):
                     continue
                 seen.add(h)
                 rejected = self._reject(ident, link, reason)
-                if reason == "too_many_redirects":
+                if reason == _TOO_FAR:
                     if len(too_far) >= _TOO_DEEP_LIMIT:
                         too_far.clear()
                     too_far[h] = rejected
@@ -291,7 +293,7 @@ class Frontier(RobotsItems, Handback, RevisitItems):
     def _refusal(self, host: str, domain: str, redirect_hops: int) -> str:
         """Why a link with an identity is rejected outright: scope or redirect chain; '' when it is not."""
         if redirect_hops > self._config.max_redirect_hops:
-            return "too_many_redirects"
+            return _TOO_FAR
         scope = self._config.scope
         if scope == "host" and host not in self._scope_hosts:
             return "out_of_scope"
@@ -890,6 +892,8 @@ class Frontier(RobotsItems, Handback, RevisitItems):
                 host.domain = item.domain
                 if item.state is not State.REJECTED:
                     self._budgets.charge(item.url, item.host, item.domain)
+                elif item.reason == _TOO_FAR and len(self._too_far) < _TOO_DEEP_LIMIT:
+                    self._too_far[key_hash(item.key)] = item  # a short link still schedules it (discover)
                 revisit = self._adopt_revisit(item, host)
                 if item.state is State.SCHEDULED and not revisit:
                     host.overflow += 1
