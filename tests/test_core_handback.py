@@ -8,11 +8,12 @@ from __future__ import annotations
 import random
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from frontier_node.core.config import FrontierConfig, PolitenessConfig
 from frontier_node.core.frontier import Frontier
+from frontier_node.core.handback import MAX_FREE_HANDBACKS
 from frontier_node.core.journal import replay
 from frontier_node.core.records import Item, Kind, Link, Outcome, Verdict
 from frontier_node.core.states import TRANSITIONS, Event, IllegalTransition, State, next_state
@@ -226,10 +227,15 @@ def test_verdicts_and_breaches_add_up_across_restarts() -> None:
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.sampled_from(["lease", "complete", "handback", "release", "restart", "tick"]), max_size=40))
+@example(["lease", "handback"] * 7)  # one robots.txt handed back past the bound: it fails, its origin's pages end
+@example(["lease", "complete", "lease", "complete"] + ["lease", "release"] * 6)  # pages released past the bound
 def test_handing_back_never_loses_or_repeats_a_fetch(steps: list[str]) -> None:
     """Any interleaving of leases, completions, hand-backs, releases of a dead worker and restarts: driven to the
     end, every page is fetched exactly once (one accepted 200 per page) and the journal agrees with the rows.
-    The oracle is the plain set of pages: nothing a hand-back does may lose one or fetch one twice."""
+    The oracle is the plain set of pages: nothing a hand-back does may lose one or fetch one twice, except the
+    bound on hand-backs (MAX_FREE_HANDBACKS): an item handed back more often than that in one run (between
+    restarts) may fail, a page `retries_exhausted:<reason>`, a robots.txt `robots_unavailable:<reason>` with its
+    origin's pages suppressed."""
     clock, store = VirtualClock(), MemoryStore()
     pages = {f"http://h{i % 3}.example/p{i}" for i in range(8)}
     f = frontier(store, clock)
@@ -237,6 +243,7 @@ def test_handing_back_never_loses_or_repeats_a_fetch(steps: list[str]) -> None:
     held: list[Item] = []
     completed: list[str] = []
     rng = random.Random(len(steps))
+    restarts = [0]  # the journal's last seq before each run
 
     def finish(item: Item) -> None:
         done = f.complete(item.key, item.generation, OK if item.kind is Kind.PAGE else Outcome(status=404))
@@ -256,11 +263,28 @@ def test_handing_back_never_loses_or_repeats_a_fetch(steps: list[str]) -> None:
             held.clear()
         elif step == "restart":
             store.flush()
+            restarts.append(store.max_seqs()[0])
             f = frontier(store, clock)
             f.release_leases(every_worker=True, reason="worker_gone")
             held.clear()
         elif step == "tick":
             f.tick()
     assert f.drained
-    assert sorted(completed) == sorted(pages)
+    assert len(completed) == len(set(completed))
+    # Hand-backs of each item per run, from the journal: the items the bound may have ended.
+    handed: dict[tuple[int, str], int] = {}
+    for e in store.journal():
+        if e.event == "release":
+            run = max(i for i, seq in enumerate(restarts) if seq < e.seq)
+            handed[(run, e.key)] = handed.get((run, e.key), 0) + 1
+    past_bound = {key for (_, key), n in handed.items() if n > MAX_FREE_HANDBACKS}
+    rows = {it.key: it for it in store.items()}
+    for url in pages - set(completed):
+        row = rows[url]
+        if row.state is State.FAILED:
+            assert row.reason.startswith("retries_exhausted:") and url in past_bound, (url, row.reason)
+        else:
+            robots = rows[f"robots:{row.origin}"]
+            assert (row.state, row.reason) == (State.SUPPRESSED, "robots_unavailable"), url
+            assert robots.reason.startswith("robots_unavailable:") and robots.key in past_bound, robots.reason
     journal_agrees(store)

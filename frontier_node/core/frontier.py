@@ -35,7 +35,7 @@ from frontier_node.core.revisit import DueBook, RevisitCounters, describe
 from frontier_node.core.revisit_items import RevisitItems
 from frontier_node.core.robots import RobotsPolicy, RobotsRecord, RobotsVerdict
 from frontier_node.core.robots_items import RobotsItems, RobotsPlan, remote_home
-from frontier_node.core.states import Event, State, next_state
+from frontier_node.core.states import TERMINAL, Event, State, next_state
 from frontier_node.core.views import CoverageInput, FrontierStats, HostView
 from hostring.clock import Clock
 from hostring.limits import MAX_LINK_PAYLOAD_BYTES
@@ -118,6 +118,7 @@ class Frontier(RobotsItems, Handback, RevisitItems):
         self._verdicts: Counter[tuple[str, str]] = Counter()
         self._events: Counter[str] = Counter()
         self._abandoned: dict[str, str] = {}  # origin or host -> why its links are refused
+        self._handbacks: dict[str, tuple[int, str]] = {}  # key -> (its hand-backs this run, domain): handback.py
         self._scope_hosts: set[str] = set()
         self._scope_domains: set[str] = set()
         self._domains: set[str] = set()
@@ -818,6 +819,8 @@ class Frontier(RobotsItems, Handback, RevisitItems):
         after = next_state(before, event, item.key)
         item.state = after
         item.reason = reason
+        if self._handbacks and after in TERMINAL:  # an item that ends forgets its hand-backs (mostly empty: one test)
+            self._handbacks.pop(item.key, None)
         if item.checked_at and after is not before:
             self._retire(item, before, after)  # revisits: a page retired from revisiting waits out the retention
         counts = self._counts
@@ -928,6 +931,8 @@ class Frontier(RobotsItems, Handback, RevisitItems):
         self._domains -= gone
         self._budgets.forget(self._front.forget(gone), gone)
         self._leases.forget(gone)
+        if self._handbacks:
+            self._handbacks = {k: n for k, n in self._handbacks.items() if n[1] not in gone}
         for state, n in (counts or {}).items():
             self._counts[state] -= n
 

@@ -3,6 +3,8 @@
 - A lease handed back (`release`): a worker stopping hands back the fetches it will not finish, and a resumed
   crawl hands back the leases of its dead predecessor, instead of letting them sit until their deadline. The item
   is scheduled again at once, its host rests one delay (a request may have reached it) but is not backed off.
+  An item's first MAX_FREE_HANDBACKS hand-backs in a run are not tries; later ones are, so that a worker handing
+  back every lease it gets cannot keep one URL cycling leased -> scheduled forever.
 - A policy refusal looked at again (`reconsider`): items that the network policy or the scope refused are not
   the URL's fault, so a run under a wider policy schedules them again; a scope refusal only if the scope of
   this run now admits the link.
@@ -14,7 +16,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 
 from mypy_extensions import trait
 
@@ -26,6 +28,7 @@ from frontier_node.core.journal import pack_admit
 from frontier_node.core.leases import LeaseBook
 from frontier_node.core.ports import Store
 from frontier_node.core.records import Item, Kind
+from frontier_node.core.robots_items import remote_home
 from frontier_node.core.states import Event, State
 from hostring.clock import Clock
 from hostring.urls import robots_url
@@ -35,6 +38,23 @@ HANDED_BACK = "worker_shutdown"
 # Reason classes (the part before the first ':') of refusals an operator can lift by widening a policy.
 POLICY_REFUSALS = frozenset({"network_policy", "out_of_scope"})
 _REFUSED_STATES = (State.FAILED, State.SUPPRESSED, State.REJECTED)
+MAX_FREE_HANDBACKS = 3
+"""Hand-backs of one item in one run that are not tries (its attempt is given back, 4d8af37). An honest hand-back
+comes from a worker stopping, or from a release of a gone worker's leases: one item meets a few of those in a run
+(workers restarted one after another, an operator's release), and a stop must not cost it the retries a struggling
+server needs. A worker that hands back every lease it gets (a bug, or hostile) would keep one URL cycling
+leased -> scheduled without end, and the crawl, if that is its only worker, from ever draining: past this many, a
+hand-back keeps its attempt (a try), and one that finds the item's tries spent fails it, as a last retryable error
+would (retries_exhausted:<reason>; robots_unavailable:<reason> for a robots.txt, which abandons its origin). So a page
+is leased at most MAX_FREE_HANDBACKS + retry.max_attempts times by hand-backs alone.
+
+The count lives in RAM (Frontier._handbacks) and starts again when the node restarts: a restart is rare and the
+bound still holds within each run."""
+_HANDBACKS_LIMIT = 1 << 16
+"""Items whose hand-backs a node counts at once (~200 B each, ~13 MB at most; an item leaves the count when it ends
+or its domain leaves the node). When full, a hand-back of an item not counted yet is a try: the bound holds whatever
+a worker does, at the price of an honest stop's free pass, which only a node with this many items handed back and
+not yet ended pays."""
 
 
 @trait
@@ -49,6 +69,7 @@ class Handback:
     _budgets: Budgets
     _abandoned: dict[str, str]
     _domains: set[str]
+    _handbacks: dict[str, tuple[int, str]]
     _events: Counter[str]
     _clock: Clock
     _now: float
@@ -77,12 +98,27 @@ class Handback:
     def _requeue(self, host: Host, item: Item) -> None:
         raise NotImplementedError
 
+    def _robots_home(self, item: Item) -> Host:
+        raise NotImplementedError
+
+    def _abandon(self, host: Host, origin: str, reason: str) -> None:
+        raise NotImplementedError
+
+    def _read_backlogs(self, hosts: Iterable[Host | None]) -> None:
+        raise NotImplementedError
+
+    def _forget_backlogs(self) -> None:
+        raise NotImplementedError
+
     # ------------------------------------------------------------------ leases handed back
 
     def release_leases(self, worker_id: str = "", *, every_worker: bool = False, reason: str = "released") -> int:
         """Hand back every current lease of `worker_id` (or every lease, with every_worker); how many.
 
-        A lease's holder is the worker named when it was granted (the reason of its `lease` journal line).
+        A lease's holder is the worker named when it was granted (the reason of its `lease` journal line). These
+        hand-backs count towards MAX_FREE_HANDBACKS like a stopping worker's: an operator releasing a worker that
+        takes leases and never finishes them would make the same endless cycle. A resumed crawl's release of its
+        predecessor's leases is a new run's first hand-back of each, free.
         """
         if not worker_id and not every_worker:
             raise ValueError("name a worker_id, or release every worker's leases")
@@ -94,23 +130,70 @@ class Handback:
     def _hand_back(self, item: Item, reason: str) -> None:
         """One leased item back to scheduled now: its slot freed, its host resting one delay, not backed off.
 
-        The lease is not counted as a try: its attempt is given back, so the next lease has the same number. (Else
-        a page handed back twice, by workers stopping, failed retries_exhausted at its first 503, and a robots.txt
-        handed back three times failed at its first timeout and abandoned its origin's pages.)"""
+        The item's first MAX_FREE_HANDBACKS hand-backs in this run are not counted as tries: the attempt is given
+        back, so the next lease has the same number. (Else a page handed back twice, by workers stopping, failed
+        retries_exhausted at its first 503, and a robots.txt handed back three times failed at its first timeout and
+        abandoned its origin's pages.) A later hand-back keeps its attempt, and one that finds the item's tries
+        spent fails it: `retries_exhausted:<reason>`, or for a robots.txt `robots_unavailable:<reason>` with its
+        origin abandoned, as when its last retryable fetch fails."""
         now = self._clock.now()
         self._set_now(now)
-        self._leases.settle(item.key)
-        front = self._front
-        host = front.host(item.host, item.domain)
-        front.free_slot(host)
-        host.next_eligible = max(host.next_eligible, now + host.delay(self._config.politeness))
-        item.attempt = max(0, item.attempt - 1)
-        self._move(item, Event.RELEASE, reason)
-        self._events["released"] += 1
-        self._requeue(host, item)
-        front.wake_now(host)
-        if item.kind is Kind.ROBOTS and item.source and item.source != item.host:
-            front.wake_now(front.host(item.source, item.domain))
+        counts = self._handbacks
+        counted = counts.get(item.key)
+        times = 1 if counted is None else counted[0] + 1
+        tracked = counted is not None or len(counts) < _HANDBACKS_LIMIT  # full: an item not counted yet pays
+        free = tracked and times <= MAX_FREE_HANDBACKS
+        fails = not free and self._tries_spent(item)
+        # A robots file failing abandons its origin, whose queue may lie in the store: read before any change.
+        abandons = fails and item.kind is Kind.ROBOTS and remote_home(item.key) is None
+        if abandons:
+            self._read_backlogs([self._known_robots_home(item)])
+        try:
+            if tracked:
+                counts[item.key] = (times, item.domain)  # forgotten when the item ends (Frontier._move)
+            self._leases.settle(item.key)
+            front = self._front
+            host = front.host(item.host, item.domain)
+            front.free_slot(host)
+            host.next_eligible = max(host.next_eligible, now + host.delay(self._config.politeness))
+            self._events["released"] += 1
+            if free:
+                item.attempt = max(0, item.attempt - 1)
+            else:
+                self._events["handbacks_counted"] += 1
+            if fails:
+                self._fail_handed_back(item, host, reason, abandons)
+            else:
+                self._move(item, Event.RELEASE, reason)
+                self._requeue(host, item)
+            front.wake_now(host)
+            if item.kind is Kind.ROBOTS and item.source and item.source != item.host:
+                front.wake_now(front.host(item.source, item.domain))
+        finally:
+            if abandons:
+                self._forget_backlogs()
+
+    def _tries_spent(self, item: Item) -> bool:
+        """Whether the item's attempts are at its limit: the next retryable failure would fail it."""
+        retry = self._config.retry
+        if item.kind is Kind.ROBOTS:  # redirect hops are leases of the same try (robots_items._robots_gives_up)
+            return item.attempt - item.redirect_hops >= retry.robots_max_attempts
+        return item.attempt >= retry.max_attempts
+
+    def _fail_handed_back(self, item: Item, host: Host, reason: str, abandons: bool) -> None:
+        """End an item handed back once too often, as its last retryable failure would have."""
+        if item.kind is Kind.PAGE:
+            self._move(item, Event.FAIL, f"retries_exhausted:{reason}")
+            return
+        self._move(item, Event.FAIL, f"robots_unavailable:{reason}")
+        if not abandons:  # a hop fetched for another node's origin: that node's lease expires, and it fetches again
+            host.robots_items.pop(item.key, None)
+            return
+        home = self._robots_home(item)
+        if host is not home:
+            host.robots_items.pop(item.origin, None)
+        # Its origin's pages wait for this file: without it they would wait forever.
+        self._abandon(home, item.origin, "robots_unavailable")
 
     # ------------------------------------------------------------------ refusals reconsidered
 
