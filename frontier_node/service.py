@@ -53,7 +53,8 @@ _MAX_NEXT_READY_MS = 2**32 - 1
 _CHECK_ON_LOOP_BYTES = 256 * 1024  # requests above this are checked on a worker thread
 _BUILD_ON_LOOP = 2_000  # replies with more entries than this are built on a worker thread
 STREAM_IN_FLIGHT: Final = 64
-"""CompleteStream: messages of one stream handled at once (the stream is not read further until one is answered)."""
+"""CompleteStream: messages of one stream worked on or answered but not yet sent, at once (the stream is not read
+further until one of their answers is sent)."""
 
 
 class FrontierService:
@@ -240,9 +241,12 @@ class FrontierService:
     async def CompleteStream(
         self, requests: AsyncIterator[pb.CompleteBatchRequest], context: Context
     ) -> AsyncIterator[pb.CompleteBatchResponse]:
-        """CompleteBatch per message, each answered (tagged) when ready; at most STREAM_IN_FLIGHT at once, the next
-        message read when one is answered; a refusal ends the stream with the status the call would get."""
-        answers: asyncio.Queue[pb.CompleteBatchResponse | _Refusal | None] = asyncio.Queue()
+        """CompleteBatch per message, each answered (tagged) when ready; at most STREAM_IN_FLIGHT messages worked on
+        or answered and not yet sent at once, the next message read when an answer is sent; a refusal ends the
+        stream with the status the call would get, so does an unexpected error (UNKNOWN, as the call)."""
+        answers: asyncio.Queue[pb.CompleteBatchResponse | _Refusal | Exception | None] = asyncio.Queue()
+        # One slot per message read: taken before it is read further, given back once its answer is sent (below),
+        # so a client that writes and never reads holds at most STREAM_IN_FLIGHT answers here, not every message.
         room = asyncio.Semaphore(STREAM_IN_FLIGHT)
         working: set[asyncio.Task[None]] = set()
 
@@ -250,12 +254,14 @@ class FrontierService:
             try:
                 resp = await self.CompleteBatch(request, _REFUSING)
             except _Refusal as e:
+                answers.put_nowait(e)  # ends the stream: its slot no longer matters
+                return
+            except Exception as e:  # no answer to send: give the slot back, and end the stream with the error
+                room.release()
                 answers.put_nowait(e)
                 return
-            finally:
-                room.release()
             resp.tag = request.tag
-            answers.put_nowait(resp)
+            answers.put_nowait(resp)  # its slot is given back once it is sent
 
         async def read() -> None:
             try:
@@ -276,7 +282,16 @@ class FrontierService:
             while (item := await answers.get()) is not None:
                 if isinstance(item, _Refusal):
                     await _abort(context, item.code, item.details)
+                if isinstance(item, Exception):
+                    raise item
                 yield item
+                # "Sent": grpc.aio drives this generator as `async for answer in it: await context.write(answer)`
+                # (_finish_handler_with_stream_responses), so it resumes here only once the write of `item` is done:
+                # gRPC core's SEND_MESSAGE op completed, i.e. the HTTP/2 transport took the answer, which it does
+                # while the client's flow-control window has room (grown by BDP probing: ~4 MiB measured on
+                # loopback). Not "the client read it": a client that never reads gets that window of answers
+                # buffered on its side, then this write waits, no slot comes back and the stream is not read.
+                room.release()
         finally:
             reader.cancel()
             for task in working:

@@ -6,6 +6,7 @@ delay runs and never a second one in flight; a client that asks for nothing (eve
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 import grpc
@@ -246,3 +247,33 @@ def test_a_refused_or_undecodable_message_ends_the_stream_with_the_calls_status(
     assert "not a valid hostring.v1.CompleteBatchRequest" in (e.value.details() or "")
     resp = batch(stub, done(robots, NOT_FOUND))
     assert resp.results[0].accepted, "a refused stream settled the lease"
+
+
+def test_an_unexpected_error_ends_the_stream_as_it_ends_the_call() -> None:
+    """A message whose CompleteBatch fails unexpectedly ends the stream UNKNOWN, as it would end its call, while the
+    client still holds the stream open: no answer left owed and waited for until the deadline."""
+    service = FrontierService(Frontier(MemoryStore(), WallClock(), FrontierConfig()))
+    served = Served(service)
+    complete_batch = service.CompleteBatch
+
+    async def failing(request: pb.CompleteBatchRequest, context: object) -> pb.CompleteBatchResponse:
+        if request.tag == 2:
+            raise RuntimeError("unexpected")
+        return await complete_batch(request, context)  # type: ignore[arg-type]
+
+    service.CompleteBatch = failing  # type: ignore[method-assign]
+    release = threading.Event()
+
+    def batches() -> Iterator[pb.CompleteBatchRequest]:
+        yield from (pb.CompleteBatchRequest(tag=1), pb.CompleteBatchRequest(tag=2))
+        release.wait(2 * RPC_S)  # no half-close
+
+    try:
+        with grpc.insecure_channel(served.address, options=grpc_options()) as channel:
+            stub = pb_grpc.FrontierStub(channel)  # type: ignore[no-untyped-call]
+            with pytest.raises(grpc.RpcError) as e:
+                list(stub.CompleteStream(batches(), timeout=RPC_S))
+            assert e.value.code() == grpc.StatusCode.UNKNOWN, e.value
+    finally:
+        release.set()
+        served.close()

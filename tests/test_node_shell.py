@@ -28,7 +28,7 @@ from frontier_node.core.config import FrontierConfig, PolitenessConfig
 from frontier_node.core.frontier import Frontier
 from frontier_node.core.ports import StoreLost
 from frontier_node.core.records import LinkLike
-from frontier_node.service import FrontierService
+from frontier_node.service import STREAM_IN_FLIGHT, FrontierService
 from frontier_node.store.memory import MemoryStore
 from hostring.client import NodeClients, StaticRouter
 from hostring.clock import WallClock
@@ -198,6 +198,50 @@ def _first_done(futures: list[Future[Any]], timeout: float) -> Future[Any]:
                 return f
         time.sleep(0.01)
     raise AssertionError("no parked Lease was handed the new work")
+
+
+def test_a_stream_whose_answers_are_never_read_is_not_read_further(node: Node) -> None:
+    """A client writes up to 2,000 CompleteStream messages and reads no answer: the node answers STREAM_IN_FLIGHT of
+    them plus what gRPC's transport takes in while the client does not read (its HTTP/2 window, ~4 MiB), then reads
+    no further, instead of answering them all into memory. Each message is one unknown lease (counted as a stale
+    completion: the node's count of messages answered) and 100 forged outcomes, refused by name: an ~11 kB answer,
+    so the window holds some 380 answers (measured: 444 answered, 64 + 380, however long the client writes; when a
+    slot was freed as its answer was computed, not sent, the node read and answered all 2,000)."""
+    ok = pb.Outcome(status=200, retry_after_s=-1)
+    stale = pb.CompleteRequest(lease_id="http://nowhere.example/", generation=1, outcome=ok, worker_id="w")
+    forged = pb.CompleteRequest(lease_id="x", generation=1, outcome=pb.Outcome(status=99_999, retry_after_s=-1))
+    message = pb.CompleteBatchRequest(completions=[stale, *[forged] * 100])
+    total, written, done = 2_000, [0], threading.Event()
+
+    def messages() -> Iterator[pb.CompleteBatchRequest]:  # run by gRPC's writing thread, until done or 10 s
+        deadline = time.monotonic() + 10
+        while written[0] < total and time.monotonic() < deadline:
+            written[0] += 1
+            yield message
+        done.wait(30)  # no half-close: the stream stays open, unread, until it is cancelled
+
+    def answered() -> int:
+        return node.stub.Stats(pb.StatsRequest(), timeout=RPC_S).completes_stale
+
+    answers = node.stub.CompleteStream(messages(), timeout=60)
+    try:
+        seen, still, deadline = -1, 0, time.monotonic() + 20
+        while still < 5 and time.monotonic() < deadline:  # until the count holds for 5 looks
+            time.sleep(0.2)
+            count = answered()
+            still = still + 1 if count == seen >= STREAM_IN_FLIGHT else 0
+            seen = count
+            if count > total // 2:  # well past the bound: the node reads on
+                break
+        first = next(answers)
+        # Twice the ~4 MiB the transport holds for a client that does not read, in answers of this size.
+        bound = STREAM_IN_FLIGHT + 2 * 4 * 2**20 // first.ByteSize()
+        assert bound < total // 2 < written[0], f"{written[0]} messages written: too few to tell (bound {bound})"
+        assert STREAM_IN_FLIGHT <= seen <= bound, f"{seen} of {written[0]} messages answered (bound {bound})"
+        assert first.results[0].reason == "unknown_lease" and len(first.results) == 101
+    finally:
+        done.set()
+        answers.cancel()
 
 
 def test_health_answers_while_big_calls_are_applied(node: Node) -> None:
