@@ -36,6 +36,7 @@ MODULES: Final = (
     "frontier_node/ops.py",
     "frontier_node/core_thread.py",
     "frontier_node/core/robots.py",
+    "frontier_node/core/robots_index.py",
     "frontier_node/core/revisit.py",
     "frontier_node/store/sqlite.py",
     "frontier_node/validate.py",

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 from protego import Protego
 
+from frontier_node.core.robots_index import RuleIndex
 from hostring.agent import product_token
 from hostring.limits import MAX_ROBOTS_BODY_BYTES
 
@@ -138,20 +139,25 @@ def _group_lines(text: str, product_token: str) -> list[str] | None:
 
 
 class _Rules:
-    """The chosen group, handed to protego as the only group of a file (under `_AGENT`) and asked under it."""
+    """The chosen group, handed to protego as the only group of a file (under `_AGENT`) and asked under it.
 
-    __slots__ = ("_parser",)
+    protego parses; its rules are kept in a RuleIndex, which gives protego's answers without asking every rule.
+    """
+
+    __slots__ = ("_crawl_delay", "_index")
 
     def __init__(self, lines: list[str]) -> None:
-        self._parser = Protego.parse("\n".join([f"User-agent: {_AGENT}", *lines]))
+        parser = Protego.parse("\n".join([f"User-agent: {_AGENT}", *lines]))
+        delay = parser.crawl_delay(_AGENT)
+        self._crawl_delay = None if delay is None else float(delay)
+        self._index = RuleIndex(parser, _AGENT)
 
     def can_fetch(self, url: str) -> bool:
-        return bool(self._parser.can_fetch(url, _AGENT))
+        return self._index.can_fetch(url)
 
     @property
     def crawl_delay(self) -> float | None:
-        delay = self._parser.crawl_delay(_AGENT)
-        return None if delay is None else float(delay)
+        return self._crawl_delay
 
 
 def _select_group(body: bytes, product_token: str) -> _Group | None:
