@@ -345,14 +345,18 @@ def test_a_group_named_by_a_prefix_of_our_token_does_not_apply() -> None:
     assert not rec.allowed(f"{ORIGIN}/star-only")
 
 
-@pytest.mark.parametrize("name", ["hostring", "HostRing", "HOSTRING", "  hostring  "])
+@pytest.mark.parametrize(
+    "name", ["hostring", "HostRing", "HOSTRING", "  hostring  ", "hostring/0.1", "HostRing/2 (+http://x)", "hostring*"]
+)
 def test_our_group_applies_case_insensitively(name: str) -> None:
+    """Also when the value goes on after the token (a version, a comment): its token is its leading letters, '_'
+    and '-', as the RFC's reference parser reads it (a site naming `hostring/0.1` means us)."""
     rec = parsed(f"User-agent: {name}\nDisallow: /ours\n\nUser-agent: *\nDisallow: /\n")
     assert not rec.allowed("/ours")
     assert rec.allowed("/theirs")  # only our group: the "*" group's "Disallow: /" does not apply
 
 
-@pytest.mark.parametrize("name", ["hostrings", "hostring-bot", "xhostring", "ring", "hostring/0.1"])
+@pytest.mark.parametrize("name", ["hostrings", "hostring-bot", "hostring_x", "xhostring", "ring", "*hostring"])
 def test_other_tokens_do_not_apply(name: str) -> None:
     rec = parsed(f"User-agent: {name}\nDisallow: /\n\nUser-agent: *\nDisallow: /star\n")
     assert rec.allowed("/page")
@@ -402,6 +406,13 @@ def test_group_choice_agrees_with_protego_when_no_group_is_named_by_a_prefix(lin
         assert rec.allowed(ORIGIN + path) == raw.can_fetch(ORIGIN + path, "hostring"), (text, path)
     delay = raw.crawl_delay("hostring")
     assert rec.crawl_delay == (None if delay is None else min(delay, 30.0)), text
+
+
+@pytest.mark.parametrize("star", ["*", "* # everyone", "*  other words"])
+def test_a_star_followed_by_words_is_the_star_group(star: str) -> None:
+    rec = parsed(f"User-agent: googlebot\nDisallow: /g\n\nUser-agent: {star}\nDisallow: /s\n")
+    assert rec.allowed("/g")
+    assert not rec.allowed("/s")
 
 
 def test_star_applies_when_no_group_matches() -> None:

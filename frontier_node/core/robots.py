@@ -9,6 +9,7 @@ import base64
 import binascii
 import enum
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
@@ -73,6 +74,7 @@ _KNOWN_FIELDS = _USER_AGENT_FIELDS | _SITE_WIDE_FIELDS | {
 _MAX_FIELD_WORDS = 2
 # The one user-agent the chosen group is handed to protego under, and asked for.
 _AGENT = "*"
+_TOKEN_PREFIX = re.compile(r"[a-z_-]*")  # a product token's letters, lower-cased (RFC 9309 §2.2.1)
 
 
 def _directive(line: str) -> tuple[str, str] | None:
@@ -93,16 +95,25 @@ def _directive(line: str) -> tuple[str, str] | None:
 
 
 def _names_token(name: str, token: str) -> bool:
-    """Whether a (lower-cased) user-agent value names the product token: exactly, or once protego drops the
-    `*` it does not support inside a name ("hostring*")."""
-    return name == token or (name != "*" and "*" in name and name.replace("*", "") == token)
+    """Whether a (lower-cased) user-agent value names the product token: its leading letters, '_' and '-' are the
+    token, as the RFC's reference parser (Google's robotstxt, ExtractUserAgent) reads a value, so `hostring/0.1`,
+    `hostring*` and `hostring (bot)` name it and `hostring-bot` or `hostrings` do not."""
+    found = _TOKEN_PREFIX.match(name)
+    return found is not None and found.group() == token
+
+
+def _names_everyone(name: str) -> bool:
+    """Whether a (lower-cased) user-agent value is the `*` group: `*` alone or followed by a space and more, as
+    the reference parser reads it."""
+    return name == "*" or (name[:1] == "*" and name[1:2].isspace())
 
 
 def _group_lines(text: str, product_token: str) -> list[str] | None:
     """The rule lines of the group that applies to `product_token`, else of the `*` group, else None.
 
     RFC 9309 §2.2.1: the token is matched whole and case-insensitively (a group named by a mere prefix of it,
-    `host` for `hostring`, does not apply); groups naming the same agent are merged, their lines in file order.
+    `host` for `hostring`, does not apply; one named `hostring/0.1` does, see _names_token); groups naming the
+    same agent are merged, their lines in file order.
     An empty token means only the `*` group may apply.
     """
     groups: list[tuple[list[str], list[str]]] = []  # (lower-cased user-agent values, rule lines)
@@ -135,7 +146,7 @@ def _group_lines(text: str, product_token: str) -> list[str] | None:
 
     token = product_token.lower()
     ours = merged(lambda name: _names_token(name, token)) if token else None
-    return ours if ours is not None else merged(lambda name: name == "*")
+    return ours if ours is not None else merged(_names_everyone)
 
 
 class _Rules:
