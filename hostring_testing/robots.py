@@ -1,8 +1,9 @@
 """Robots rules read by the oracle itself (RFC 9309), independently of hostring's robots policy.
 
-The rules of the groups naming the user agent's product token apply, else those of ``*``; the longest matching
-pattern wins and Allow wins a tie; ``*`` and ``$`` work as RFC 9309 says; patterns and paths are compared after
-percent-encoding normalisation. ``/robots.txt`` itself is always allowed.
+The rules of the groups naming the user agent's product token apply (a user-agent value names the token its
+leading letters, ``_`` and ``-`` spell, as the RFC's reference parser reads it: ``bot/1.0`` names ``bot``), else
+those of ``*``; the longest matching pattern wins and Allow wins a tie; ``*`` and ``$`` work as RFC 9309 says;
+patterns and paths are compared after percent-encoding normalisation. ``/robots.txt`` itself is always allowed.
 """
 
 from __future__ import annotations
@@ -36,9 +37,18 @@ def _robots_rules(text: str, user_agent: str) -> list[tuple[bool, str]]:
                 groups[-1][1].append((key == "allow", value))
         else:
             in_agents = False if key != "sitemap" else in_agents
-    own = [rules for agents, rules in groups if token in agents]
-    chosen = own or [rules for agents, rules in groups if "*" in agents]
+    own = [rules for agents, rules in groups if any(_names(agent, token) for agent in agents)]
+    chosen = own or [rules for agents, rules in groups if any(_is_star(agent) for agent in agents)]
     return [rule for rules in chosen for rule in rules]
+
+
+def _names(agent: str, token: str) -> bool:
+    """Whether a lower-cased user-agent value names `token`: its leading letters, '_' and '-' are the token."""
+    return agent[: len(agent) - len(agent.lstrip("abcdefghijklmnopqrstuvwxyz_-"))] == token
+
+
+def _is_star(agent: str) -> bool:
+    return agent == "*" or (agent.startswith("*") and agent[1:2].isspace())
 
 
 def _rule_matches(pattern: str, path: str) -> bool:

@@ -450,6 +450,10 @@ def test_robots_matcher_follows_rfc9309() -> None:
     assert robots_allowed(own, UA, "/y") and not robots_allowed(own, UA, "/x")
     assert not robots_allowed(own, "otherbot", "/y")
     assert robots_allowed("", UA, "/anything")
+    versioned = "User-agent: *\nDisallow: /\n\nUser-agent: hostring/0.1\nDisallow: /x\n"
+    assert robots_allowed(versioned, UA, "/y") and not robots_allowed(versioned, UA, "/x"), "a versioned name is ours"
+    assert robots_allowed("User-agent: hostring-bot\nDisallow: /x\n", UA, "/x"), "hostring-bot is another crawler"
+    assert not robots_allowed("User-agent: * other\nDisallow: /x\n", UA, "/x"), "'*' and more words: everyone"
 
 
 def test_robots_matcher_agrees_with_protego_on_generated_files() -> None:
