@@ -28,6 +28,7 @@ _LEASE_EVENTS = {
     "completed": "completed",
     "expired": "lease_expired",
     "released": "released",
+    "handback_counted": "handbacks_counted",  # a hand-back past handback.MAX_FREE_HANDBACKS: a try
     "stale": "late_evidence",
 }
 

@@ -23,6 +23,7 @@ from frontier_node.core.journal import replay
 from frontier_node.core.ports import Store
 from frontier_node.core.records import Item, Kind, Link, Outcome
 from frontier_node.core.states import TERMINAL, Event, State, next_state
+from frontier_node.metrics import NodeCollector
 from frontier_node.store.memory import MemoryStore
 from frontier_node.store.sqlite import SqliteStore
 from hostring.clock import VirtualClock
@@ -52,6 +53,12 @@ def lease(f: Frontier, clock: VirtualClock, rest: float = 2.0, worker: str = "w"
             clock.advance(wait + 0.01)
             out = f.lease(worker, 100)
     return out
+
+
+def lease_counters(f: Frontier) -> dict[str, float]:
+    """The node's lease counters by event, as /metrics exports them."""
+    family = next(m for m in NodeCollector(f.stats).collect() if m.name == "hostring_node_leases")
+    return {sample.labels["event"]: sample.value for sample in family.samples if sample.name.endswith("_total")}
 
 
 def past_robots(f: Frontier) -> None:
@@ -105,7 +112,10 @@ def test_a_page_handed_back_forever_by_the_only_worker_fails_and_the_crawl_drain
     # The free hand-backs give the attempt back; from then on each hand-back is a try, and the last one fails.
     assert attempts == [1] * (MAX_FREE_HANDBACKS + 1) + list(range(2, RETRY.max_attempts + 1))
     assert len(attempts) == PAGE_LEASES
-    assert done.state == "failed"
+    assert (done.state, done.reason) == ("failed", f"retries_exhausted:{HANDED_BACK}"), "the reply says it failed"
+    leases = lease_counters(f)
+    assert leases["handback_counted"] == PAGE_LEASES - MAX_FREE_HANDBACKS
+    assert leases["released"] == PAGE_LEASES
     store.flush()
     row = store.get("http://a.example/")
     assert row is not None and (row.state, row.reason) == (State.FAILED, f"retries_exhausted:{HANDED_BACK}")

@@ -503,8 +503,8 @@ class Frontier(RobotsItems, Handback, RevisitItems):
         if worker_id is not None and worker_id != item.reason:  # a leased item's reason is its holder (_grant)
             return self._late(key, generation, outcome, NOT_HOLDER, item)
         if outcome.error_class == HANDED_BACK:
-            self._hand_back(item, HANDED_BACK)
-            return Completion(True, item.state.value, False, HANDED_BACK)
+            self._hand_back(item, HANDED_BACK)  # scheduled again, or failed past the bound (the reason says which)
+            return Completion(True, item.state.value, False, item.reason)
         seen = self._ask_bodies(item, outcome)
         now = self._clock.now()
         front = self._front
