@@ -118,10 +118,8 @@ def test_the_core_tests_pass_against_the_compiled_modules(tmp_path: Path) -> Non
         check=True,
     )
     assert probe.stdout.strip().endswith(sysconfig.get_config_var("EXT_SUFFIX")), probe.stdout
-    # Two processes: this test is the suite's longest (about 6 minutes on 2 slow cores), and it runs last alone, so
-    # its own tests take the core the rest of the suite no longer uses (1 min 26 s against 2 min 31 s on one, idle).
     tests = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-n", "2", "-p", "no:cacheprovider", "--tb=short", *COMPILED_SUITE],
+        [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", "--tb=short", *COMPILED_SUITE],
         cwd=copy,
         env=env,
         capture_output=True,
