@@ -104,6 +104,9 @@ class Handback:
     def _abandon(self, host: Host, origin: str, reason: str) -> None:
         raise NotImplementedError
 
+    def _robots_tries_spent(self, item: Item) -> bool:
+        raise NotImplementedError
+
     def _read_backlogs(self, hosts: Iterable[Host | None]) -> None:
         raise NotImplementedError
 
@@ -175,10 +178,9 @@ class Handback:
 
     def _tries_spent(self, item: Item) -> bool:
         """Whether the item's attempts are at its limit: the next retryable failure would fail it."""
-        retry = self._config.retry
-        if item.kind is Kind.ROBOTS:  # redirect hops are leases of the same try (robots_items._robots_gives_up)
-            return item.attempt - item.redirect_hops >= retry.robots_max_attempts
-        return item.attempt >= retry.max_attempts
+        if item.kind is Kind.ROBOTS:
+            return self._robots_tries_spent(item)
+        return item.attempt >= self._config.retry.max_attempts
 
     def _fail_handed_back(self, item: Item, host: Host, reason: str, abandons: bool) -> None:
         """End an item handed back once too often, as its last retryable failure would have."""

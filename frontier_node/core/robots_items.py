@@ -208,6 +208,10 @@ class RobotsItems:
             return False
         if classify(status, error_class).action is Action.FAIL:
             return True
+        return self._robots_tries_spent(item)
+
+    def _robots_tries_spent(self, item: Item) -> bool:
+        """Whether a robots item's tries are spent: the leases of its redirect hops belong to the same try."""
         return item.attempt - item.redirect_hops >= self._config.retry.robots_max_attempts
 
     def _settle_robots(
