@@ -196,14 +196,24 @@ def held_by(out: Path, worker_id: str) -> dict[str, float]:
     return {key: at for key, (who, at) in holder.items() if who == worker_id}
 
 
-def fresh_page_lease(out: Path, worker_id: str) -> bool:
-    """Whether `worker_id` holds a page lease granted in the last 0.15 s, counted from after the journal was
-    read (a slow read must not age the lease unseen). On a test page that takes 0.5 s to answer, such a lease
-    cannot be completed in the moment before a kill; a lease seen at any age might be (its completion on the
-    wire, or not yet in the journal)."""
+def fresh_page_lease(out: Path, worker_id: str, web: LocalWeb) -> bool:
+    """Whether `worker_id` holds a lease on a page `web` answers slowly (its `delay_s`), granted in the last
+    0.15 s, counted from after the journal was read (a slow read must not age the lease unseen). On a test page
+    that takes 0.5 s to answer, such a lease cannot be completed in the moment before a kill; a lease seen at any
+    age might be (its completion on the wire, or not yet in the journal), and so might a lease on a link the web
+    answers at once (a 404)."""
     held = held_by(out, worker_id)
     since = time.time() - 0.15
-    return any(at >= since for key, at in held.items() if not key.startswith(ROBOTS_PREFIX))
+    return any(
+        at >= since and _answers_slowly(web, key) for key, at in held.items() if not key.startswith(ROBOTS_PREFIX)
+    )
+
+
+def _answers_slowly(web: LocalWeb, url: str) -> bool:
+    """Whether `web` holds the page `url` names and waits before answering it."""
+    label, resource = key_of(web, url)
+    pages = web.sites[label].pages
+    return any(page.delay_s > 0 for key, page in pages.items() if canonical_target(key) == resource)
 
 
 def key_of(web: LocalWeb, url: str) -> Key:

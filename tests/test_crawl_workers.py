@@ -166,7 +166,7 @@ def test_a_killed_worker_child_loses_nothing(tmp_path: Path) -> None:
         try:
             victim_id = f"crawl-{crawl.pid}-1"
             wait_until(
-                lambda: not crawl.running or _holds_fresh_lease(out, victim_id),
+                lambda: not crawl.running or _holds_fresh_lease(out, victim_id, web),
                 60,
                 "worker 1 to hold a fresh lease on a page",
             )
@@ -187,10 +187,10 @@ def test_a_killed_worker_child_loses_nothing(tmp_path: Path) -> None:
         assert report["unresolved"]["count"] == 0, report["unresolved"]
 
 
-def _holds_fresh_lease(out: Path, worker_id: str) -> bool:
+def _holds_fresh_lease(out: Path, worker_id: str, web: LocalWeb) -> bool:
     """fresh_page_lease, and False while the crawl's store is not there yet."""
     try:
-        return fresh_page_lease(out, worker_id)
+        return fresh_page_lease(out, worker_id, web)
     except sqlite3.Error:
         return False
 

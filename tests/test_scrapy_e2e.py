@@ -339,7 +339,7 @@ def test_a_killed_process_loses_nothing(tmp_path: Path, spiders: list[Spider]) -
                     not victim.running
                     or (
                         sum(h.user_agent == victim.user_agent for h in web.hits) >= 10
-                        and fresh_page_lease(tmp_path, "scrapy-a")
+                        and fresh_page_lease(tmp_path, "scrapy-a", web)
                     )
                 ),
                 90,
