@@ -493,10 +493,11 @@ def _complete_request(item: pb.LeaseItem, n: int, worker_id: str) -> pb.Complete
     return pb.CompleteRequest(lease_id=item.lease_id, generation=item.generation, outcome=outcome, worker_id=worker_id)
 
 
-def grpc_lease_complete(node: NodeProcess, hosts: int, w: Workload) -> dict[str, Any]:
-    """Robots first (untimed), then Lease(max_items) + one Complete per item until `lease_pages` pages are done."""
+def grpc_robots_first(node: NodeProcess, hosts: int, w: Workload, seq: Iterator[int]) -> tuple[int, int]:
+    """The untimed phase before Lease+Complete: lease and complete until every host's robots.txt is settled (404),
+    so that the timed phase leases pages only; (robots completed, pages completed on the way). `seq` numbers the
+    page outcomes (each a unique body), shared with the timed phase."""
     stub = node.stub
-    seq = itertools.count(1)
     robots_done = pages_before = 0
     while robots_done < hosts:
         items = stub.Lease(pb.LeaseRequest(worker_id="bench", max_items=w.lease_batch), timeout=RPC_TIMEOUT_S).items
@@ -510,6 +511,14 @@ def grpc_lease_complete(node: NodeProcess, hosts: int, w: Workload) -> dict[str,
                 raise RuntimeError(f"Complete of {it.fetch_key} refused")
             robots_done += it.kind == pb.ROBOTS
             pages_before += it.kind == pb.PAGE
+    return robots_done, pages_before
+
+
+def grpc_lease_complete(node: NodeProcess, w: Workload, seq: Iterator[int], before: tuple[int, int]) -> dict[str, Any]:
+    """Lease(max_items) + one CompleteBatch of the lease on each stream until `lease_pages` pages are done (after
+    `grpc_robots_first`, whose counts are `before`)."""
+    stub = node.stub
+    robots_done, pages_before = before
     ready = stub.Stats(pb.StatsRequest(), timeout=RPC_TIMEOUT_S).hosts_ready
 
     lock = threading.Lock()
@@ -718,8 +727,10 @@ def run(w: Workload, pw: PeerWorkload, profile_dir: Path | None = None) -> dict[
         try:
             with py_spy(node.proc.pid, profile_dir / "discover.txt" if profile_dir else None):
                 disc = grpc_discover(node, urls, w)
+            seq = itertools.count(1)
+            before = grpc_robots_first(node, hosts, w, seq)
             with py_spy(node.proc.pid, profile_dir / "lease_complete.txt" if profile_dir else None):
-                lc = grpc_lease_complete(node, hosts, w)
+                lc = grpc_lease_complete(node, w, seq, before)
         finally:
             node.stop()
         core: dict[str, dict[str, Any]] = {}
