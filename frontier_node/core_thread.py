@@ -22,7 +22,10 @@ An op with slices left runs its next slice only once its batch landed. Between b
 flush in flight: a handoff or the mail poller then settles it through the store like any other call.
 
 Long-poll Leases hold no thread: they wait here as operations, served in arrival order after every batch, so a
-completion that frees a host wakes a waiting Lease in the same commit. The thread sleeps until the next call,
+completion that frees a host wakes a waiting Lease in the same commit. The leases a completion batch asks for in
+its reply are leased after the batch's ops, before the waiting Leases unless a worker with fewer leases waits
+(`_lease`).
+The thread sleeps until the next call,
 the next event of the core while Leases wait (`next_event_in`), the first Lease deadline, or TICK_S.
 
 A store that lost data (`StoreLost`) is fatal: one ERROR line, `fault` set, every data-plane call answered
@@ -49,7 +52,7 @@ from frontier_node.commit import Batch, begin_flush
 from frontier_node.core.frontier import Frontier
 from frontier_node.core.ports import Fenced, Outbox, StoreLost
 from frontier_node.core.views import FrontierStats
-from frontier_node.ops import Call, Lease, Op, Step
+from frontier_node.ops import Call, Complete, Lease, Op, Step
 
 log = logging.getLogger("hostring.node")
 
@@ -241,10 +244,49 @@ class CoreThread:
                 batch.ran.append(op)
                 (batch.finished if step is Step.DONE else batch.more).append(op)
             if not self.fault:
-                batch.ran += self._serve_waiters(batch.finished)
+                self._lease(batch)
         except Exception as e:
             batch.error = e
         return batch
+
+    def _lease(self, batch: Batch) -> None:
+        """Serve the waiting Leases, and the leases the batch's finished completions asked for in reply.
+
+        A worker's reply is leased before the waiting Leases unless another worker waits holding fewer leases: then
+        the waiting Leases go first. A worker that waits has room for work, so when several workers share few hosts
+        a host a completion freed goes to the one with fewer, until they hold alike; else the first worker to lease
+        would keep every host and the others idle (`hostring crawl --workers N` on a small web).
+        """
+        core = self.frontier
+        replies = [op for op in batch.finished if isinstance(op, Complete) and op.lease_for is not None]
+        later: list[Complete] = []
+        if replies and self._waiters:
+            waiting = {w.worker_id: core.leases_held(w.worker_id) for w in self._waiters}
+            for op in replies:
+                worker = op.lease_for or ""
+                held = core.leases_held(worker)
+                if any(n < held for w, n in waiting.items() if w != worker):
+                    later.append(op)
+                else:
+                    self._lease_reply(op)
+        else:
+            for op in replies:
+                self._lease_reply(op)
+        batch.ran += self._serve_waiters(batch.finished)
+        for op in later:
+            self._lease_reply(op)
+
+    def _lease_reply(self, op: Complete) -> None:
+        """The leases of a completion batch's reply. The completions are settled whatever happens here: a lease
+        that fails (a newer owner's fence met by a backlog read, say) leaves the reply without leases."""
+        try:
+            op.lease_reply(self.frontier)
+        except StoreLost:
+            raise
+        except Fenced as e:
+            self.on_fenced({e.domain, *(o.domain for o in e.others)})
+        except Exception:
+            log.exception("leasing with a completion batch failed; its reply carries no leases")
 
     def _start(self, batch: Batch) -> None:
         """Start the batch's flush (nothing is written once the store lost data, or when the batch failed)."""

@@ -170,9 +170,9 @@ class Complete(Op[list[Settled]]):
     Links whose domain another node owns go to the outbox in the same commit when there is one (the reply then
     carries none), else back in `forward`. A lease whose domain this node does not own answers wrong_owner; one
     whose holder is not the completion's worker_id (an empty one included) is refused as not_holder.
-    With `lease` (worker id, how many), the last slice then leases up to that many items for the worker in the
-    same commit (zero-wait turnaround: a host a completion released goes out at once when its politeness
-    allows); they are in `leased` once the op finished (none in a domain a newer owner fenced).
+    With `lease` (worker id, how many), up to that many items are then leased for the worker in the same commit
+    (zero-wait turnaround: a host a completion released goes out at once when its politeness allows), by
+    `lease_reply`; they are in `leased` once the op finished (none in a domain a newer owner fenced).
     """
 
     def __init__(
@@ -211,11 +211,18 @@ class Complete(Op[list[Settled]]):
         finally:
             if prime is not None:
                 prime([])  # answers not asked for must not answer a later claim
-        if len(self.settled) < len(self.completions):
-            return Step.MORE
+        return Step.MORE if len(self.settled) < len(self.completions) else Step.DONE
+
+    @property
+    def lease_for(self) -> str | None:
+        """The worker the completions asked leases for (they are leased once every slice ran), or None."""
+        return self.lease[0] if self.lease is not None and self.lease[1] > 0 else None
+
+    def lease_reply(self, core: Frontier) -> None:
+        """Lease what the completions asked for, in the commit that settles them (the core thread calls this once
+        the op is done, before or after the waiting Leases had their turn)."""
         if self.lease is not None and self.lease[1] > 0:
             self.leased = core.lease(self.lease[0], self.lease[1])
-        return Step.DONE
 
     def _one(self, core: Frontier, request: Any) -> tuple[Settled, str]:
         domain = lease_domain(core, request.lease_id)

@@ -454,6 +454,10 @@ class Frontier(RobotsItems, Handback, RevisitItems):
             self._leases.extend(item, deadline)
         return item.deadline
 
+    def leases_held(self, worker_id: str) -> int:
+        """How many leases `worker_id` holds now."""
+        return self._leases.held(worker_id)
+
     def leased_domain(self, key: str) -> str | None:
         """The registrable domain of the item currently leased under `key`, or None when no lease is current."""
         item = self._leases.leased(key)

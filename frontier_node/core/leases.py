@@ -13,12 +13,15 @@ from frontier_node.core.records import Item
 
 
 class LeaseBook:
-    """Leased items by key with their deadlines, and retryable items by key with their due times."""
+    """Leased items by key with their deadlines (and how many each holder has), and retryable items by key with their
+    due times. A leased item's holder is its `reason` when it is lent (the lease's journal line names it)."""
 
-    __slots__ = ("_deadlines", "_leased", "_retries", "_waiting")
+    __slots__ = ("_deadlines", "_held", "_holders", "_leased", "_retries", "_waiting")
 
     def __init__(self) -> None:
         self._leased: dict[str, Item] = {}
+        self._holders: dict[str, str] = {}  # key -> the holder it was lent to
+        self._held: dict[str, int] = {}  # holder -> leases it has
         self._deadlines: list[tuple[float, str, int]] = []
         self._waiting: dict[str, Item] = {}
         self._retries: list[tuple[float, str, int]] = []
@@ -36,10 +39,19 @@ class LeaseBook:
         """Every item on lease now."""
         return list(self._leased.values())
 
+    def held(self, holder: str) -> int:
+        """Leases `holder` has now."""
+        return self._held.get(holder, 0)
+
     def lend(self, item: Item) -> None:
-        """`item` is out on lease until item.deadline."""
-        self._leased[item.key] = item
-        heapq.heappush(self._deadlines, (item.deadline, item.key, item.generation))
+        """`item` is out on lease until item.deadline, held by `item.reason`."""
+        key, holder = item.key, item.reason
+        if key in self._leased:
+            self._drop_holder(key)
+        self._leased[key] = item
+        self._holders[key] = holder
+        self._held[holder] = self._held.get(holder, 0) + 1
+        heapq.heappush(self._deadlines, (item.deadline, key, item.generation))
 
     def extend(self, item: Item, deadline: float) -> None:
         item.deadline = deadline
@@ -47,6 +59,15 @@ class LeaseBook:
 
     def settle(self, key: str) -> None:
         del self._leased[key]
+        self._drop_holder(key)
+
+    def _drop_holder(self, key: str) -> None:
+        holder = self._holders.pop(key)
+        left = self._held[holder] - 1
+        if left:
+            self._held[holder] = left
+        else:
+            del self._held[holder]
 
     def expired(self, now: float) -> Item | None:
         """The lease `pop_expired` would take next, left in the table (stale heap entries on top are dropped)."""
@@ -65,6 +86,7 @@ class LeaseBook:
         if item is not None:
             heapq.heappop(self._deadlines)
             del self._leased[item.key]
+            self._drop_holder(item.key)
         return item
 
     # ------------------------------------------------------------------ retries
@@ -120,6 +142,7 @@ class LeaseBook:
 
     def forget(self, domains: set[str]) -> None:
         """Drop the leases and retries of `domains` (their heap entries go stale)."""
-        for table in (self._leased, self._waiting):
-            for key in [k for k, it in table.items() if it.domain in domains]:
-                del table[key]
+        for key in [k for k, it in self._leased.items() if it.domain in domains]:
+            self.settle(key)
+        for key in [k for k, it in self._waiting.items() if it.domain in domains]:
+            del self._waiting[key]
