@@ -338,7 +338,7 @@ class CompletionBatcher:
         leased: Callable[[str, Sequence[pb.LeaseItem], int], None] | None = None,
         lease_wait_ms: int = 0,
         stream: bool = False,
-        one_in_flight: bool = False,
+        in_flight: int = 0,
     ) -> None:
         """`want(address, completing)`: how many new leases to ask the node for with a batch of `completing`
         completions (0: none); `leased(address, items, asked)` then takes the ones it answered (none when the call
@@ -346,15 +346,15 @@ class CompletionBatcher:
         travels with the completion). With `lease_wait_ms`, a batch that asks waits on the node up to that long
         for an item when none is ready (its completions' answers wait with it). With `stream`, batches go as
         messages of one CompleteStream per node instead of calls (cheaper when they come one at a time). With
-        `one_in_flight`, a node has at most one batch in flight: completions made meanwhile wait for its answer and
-        then go together (the node is busy with the first anyway; one message and one commit for the rest)."""
+        `in_flight` > 0, a node has at most that many batches in flight: completions made meanwhile wait for an
+        answer and then go together (one message and one commit for them all); 0 sends every batch at once."""
         self.clients = clients
         self.want = want
         self.leased = leased
         self.lease_wait_ms = lease_wait_ms
         self.stream = stream
-        self.one_in_flight = one_in_flight
-        self._busy: set[str] = set()  # nodes with a batch in flight (one_in_flight)
+        self.in_flight = in_flight
+        self._busy: dict[str, int] = {}  # batches in flight per node (with an `in_flight` bound)
         self._streams: dict[str, CompletionStream] = {}
         self._pending: dict[str, list[tuple[pb.CompleteRequest, asyncio.Future[pb.CompleteResponse]]]] = {}
         self._sends: set[asyncio.Task[None]] = set()
@@ -366,7 +366,7 @@ class CompletionBatcher:
         future: asyncio.Future[pb.CompleteResponse] = loop.create_future()
         batch = self._pending.setdefault(address, [])
         batch.append((request, future))
-        if len(batch) == 1 and address not in self._busy:
+        if len(batch) == 1 and not self._full(address):
             self._left[address] = loop.create_future()
             loop.call_soon(self._start, address)
         return future
@@ -379,10 +379,14 @@ class CompletionBatcher:
         if waiting:
             await asyncio.wait(waiting)
 
+    def _full(self, address: str) -> bool:
+        """Whether a new batch for `address` must wait for an answer (as many in flight as allowed)."""
+        return 0 < self.in_flight <= self._busy.get(address, 0)
+
     def _start(self, address: str) -> None:
         left = self._left.pop(address)
-        if self.one_in_flight:
-            self._busy.add(address)
+        if self.in_flight:
+            self._busy[address] = self._busy.get(address, 0) + 1
         self._leaving.add(left)
         left.add_done_callback(self._leaving.discard)
         task = asyncio.ensure_future(self._send(address, left))
@@ -400,8 +404,10 @@ class CompletionBatcher:
         finally:
             if not left.done():
                 left.set_result(None)
-            self._busy.discard(address)
-            if self.one_in_flight and self._pending.get(address):  # what waited for this batch goes now
+            if self.in_flight:
+                self._busy[address] -= 1
+            if self.in_flight and self._pending.get(address) and address not in self._left:
+                # what waited for an answer goes now (else a batch is already on its way to start)
                 self._left[address] = asyncio.get_running_loop().create_future()
                 self._start(address)
 

@@ -98,33 +98,35 @@ def test_a_node_killed_mid_wait_fails_the_waiting_batch(tmp_path: Path) -> None:
         node.close()
 
 
-@pytest.mark.parametrize("one_in_flight", [True, False])
-def test_one_batch_in_flight_per_node(one_in_flight: bool) -> None:
-    """A first batch waits on the node for a lease (its hosts rest 30 s) while two more completions are made. With
-    one_in_flight they wait for its answer and then go as one batch; without, they go (and are answered) at once.
-    `sent()` returns as soon as the first batch is on the stream, and does not wait for completions held back."""
+@pytest.mark.parametrize("in_flight", [1, 2, 0])
+def test_batches_in_flight_per_node(in_flight: int) -> None:
+    """The first batches (as many as `in_flight` allows, one when it is 0) wait on the node for a lease (their hosts
+    rest 30 s) while two more completions are made. With a bound those two wait for an answer and then go as one
+    batch; without, they go (and are answered) at once. `sent()` returns as soon as a batch is on the stream, and
+    does not wait for completions held back."""
+    waiting = max(in_flight, 1)
     served = _served(30.0)
     try:
 
         async def go() -> None:
             clients = NodeClients(StaticRing([served.address]), worker_id="w")
             stub = clients.stub(served.address)
-            await stub.Discover(pb.DiscoverRequest(links=seeds(3, 3)), timeout=5)
-            robots = (await stub.Lease(pb.LeaseRequest(worker_id="w", max_items=5), timeout=5)).items
-            assert len(robots) == 3
+            await stub.Discover(pb.DiscoverRequest(links=seeds(waiting + 2, waiting + 2)), timeout=5)
+            robots = (await stub.Lease(pb.LeaseRequest(worker_id="w", max_items=9), timeout=5)).items
+            assert len(robots) == waiting + 2
             batches: list[int] = []  # completions in each batch, as `want` is asked once per batch
 
             def want(address: str, completing: int) -> int:
                 batches.append(completing)
-                return 1 if len(batches) == 1 else 0  # only the first batch waits on the node for a lease
+                return 1 if len(batches) <= waiting else 0  # only the first batches wait on the node for a lease
 
             batcher = CompletionBatcher(
                 clients,
                 want=want,
                 leased=lambda address, items, asked: None,
-                lease_wait_ms=5_000,
+                lease_wait_ms=3_000,
                 stream=True,
-                one_in_flight=one_in_flight,
+                in_flight=in_flight,
             )
             answered: list[int] = []
             futures = []
@@ -133,13 +135,13 @@ def test_one_batch_in_flight_per_node(one_in_flight: bool) -> None:
                 future.add_done_callback(lambda f, i=i: answered.append(i))
                 futures.append(future)
                 await asyncio.wait_for(batcher.sent(), 5)
-                if i == 0:
-                    assert not futures[0].done(), "the first batch should wait on the node for a lease"
+                if i < waiting:
+                    assert not futures[i].done(), "the first batches should wait on the node for a lease"
             await asyncio.wait_for(asyncio.gather(*futures), 15)
             assert all(f.result().accepted for f in futures)
-            if one_in_flight:
-                assert batches == [1, 2]
-                assert answered == [0, 1, 2]
+            if in_flight:
+                assert batches == [1] * waiting + [2]
+                assert answered[0] < waiting, "the held-back completions went before any batch in flight was answered"
             else:
                 assert batches[0] == 1 and sum(batches) == 3
                 assert answered[-1] == 0
