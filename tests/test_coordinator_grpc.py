@@ -67,6 +67,8 @@ def test_nodes_join_heartbeat_expire_and_leave(coordinator: RunningCoordinator) 
         b = _node(addr, "node-b")
         try:
             await watcher.wait_for(lambda r: r.epoch >= 1)
+            # a's own watch may start after its Register: b joins once a has seen the ring it made, epoch 1
+            await asyncio.to_thread(a.wait_ring, lambda r: r.epoch >= 1)
             b.start()
             ring = await watcher.wait_for(_members("ab"))
             assert [r.epoch for r in seen] == [1, 2]
