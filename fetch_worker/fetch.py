@@ -162,6 +162,8 @@ class FetchResult:
     http_version: str = ""
     method: str = "GET"
     request_headers: list[tuple[str, str]] = field(default_factory=list)
+    request_target: str = ""
+    """The request-target as sent (percent-encoded path and query), for the WARC request record; "" if unknown."""
     redirects: list[str] = field(default_factory=list)
 
     @property
@@ -559,6 +561,7 @@ class Fetcher:
     ) -> None:
         request = self._client.build_request("GET", url, headers=headers)
         result.request_headers = _latin1(request.headers.raw)
+        result.request_target = request.url.raw_path.decode("ascii", "replace")
         response = await self._client.send(request, stream=True)
         try:
             result.response_s = time.monotonic() - t0

@@ -134,7 +134,7 @@ def _request_target(url: str) -> str:
 
 
 def _request_headers(result: FetchResult) -> StatusAndHeaders:
-    target = _request_target(result.url)
+    target = result.request_target or _request_target(result.url)
     version = result.http_version or "HTTP/1.1"
     return StatusAndHeaders(f"{result.method} {target} {version}", list(result.request_headers), protocol="")
 
@@ -181,11 +181,14 @@ class WarcWriter:
 
     # --- public API -------------------------------------------------------------------------------
 
-    def write_fetch(self, result: FetchResult) -> str:
-        """Write request + response records for a fetch that got a response; return the response id."""
+    def write_fetch(self, result: FetchResult, digest: str = "") -> str:
+        """Write request + response records for a fetch that got a response; return the response id. `digest`:
+        the body's `payload_digest` when the caller has it already (else it is computed here)."""
         if not result.status:
             raise ValueError(f"no response to archive for {result.url} ({result.error_class})")
         warc_headers = self._common_warc_headers(result)
+        if digest:
+            warc_headers["WARC-Payload-Digest"] = digest
         truncated = result.truncated or (TRUNCATED_UNSPECIFIED if result.body_skipped else "")
         if truncated:
             warc_headers["WARC-Truncated"] = truncated

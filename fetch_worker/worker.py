@@ -467,7 +467,7 @@ class Worker:
         earlier = self._written.get(digest) if digest else None
         if earlier is not None:
             return self.warc.write_revisit(r, refers_to=earlier[0], refers_to_uri=earlier[1], digest=digest)
-        record_id = self.warc.write_fetch(r)
+        record_id = self.warc.write_fetch(r, digest)
         if digest:
             self._written[digest] = (record_id, r.url)
             if len(self._written) > 100_000:

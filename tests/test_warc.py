@@ -268,3 +268,24 @@ def test_a_real_gzip_fetch_archives_as_its_decoded_body(tmp_path: Path) -> None:
 
 def test_payload_digest_format() -> None:
     assert payload_digest(b"") == "sha1:3I42H3S6NNFQ2MSVX7XZKYAYSCX5QBYJ"
+
+
+def test_a_digest_and_request_target_the_fetch_knew_are_written_as_given(tmp_path: Path) -> None:
+    """The worker has the body's payload digest (it dedups by it) and the fetch the request-target it sent: the
+    writer takes both rather than work them out again, and the records still check."""
+    known = page(1, request_target="/p1?q=%C3%A9")
+    as_told = page(2)
+    with WarcWriter(tmp_path) as writer:
+        writer.write_fetch(known, payload_digest(known.body))
+        writer.write_fetch(as_told, "sha1:" + "A" * 32)
+    (path,) = writer.files
+    with path.open("rb") as stream:
+        for record in ArchiveIterator(stream, check_digests="raise"):
+            if record.rec_type == "response" and record.rec_headers.get_header("WARC-Target-URI") == known.url:
+                record.content_stream().read()  # the digest check runs over the payload read
+                assert record.rec_headers.get_header("WARC-Payload-Digest") == payload_digest(known.body)
+            elif record.rec_type == "response":
+                assert record.rec_headers.get_header("WARC-Payload-Digest") == "sha1:" + "A" * 32
+                break
+            elif record.rec_type == "request":
+                assert record.http_headers.statusline == "/p1?q=%C3%A9 HTTP/1.1"
