@@ -567,7 +567,9 @@ class Worker:
         does not answer (killed) is asked again until the ring names its successor, and that one at once.
         """
         span_ms = int(max(1.0, deadline[0] - time.time()) * 1000)
-        request = pb.RenewRequest(lease_id=item.lease_id, generation=item.generation, extend_ms=span_ms)
+        request = pb.RenewRequest(
+            lease_id=item.lease_id, generation=item.generation, extend_ms=span_ms, worker_id=self.worker_id
+        )
         unanswered = False
         while True:
             pause = max(0.5, (deadline[0] - time.time()) / 2)

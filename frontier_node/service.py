@@ -179,7 +179,9 @@ class FrontierService:
             if not core.owns(lease_domain(core, request.lease_id)):  # not "gone": the owner at a newer ring has it
                 return pb.RenewResponse(ok=False, reason=WRONG_OWNER)
             try:
-                deadline = core.renew(request.lease_id, request.generation, request.extend_ms / 1000.0)
+                deadline = core.renew(
+                    request.lease_id, request.generation, request.extend_ms / 1000.0, worker_id=request.worker_id
+                )
             except LeaseError as e:
                 return pb.RenewResponse(ok=False, reason=e.reason)
             return pb.RenewResponse(ok=True, deadline_ms=int(deadline * 1000))

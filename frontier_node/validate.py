@@ -110,6 +110,7 @@ RULES: Final[Mapping[str, Mapping[str, Rule]]] = {
         "lease_id": Rule(cap=MAX_URL_CHARS, required=True, printable=True),
         "generation": Rule(hi=MAX_GENERATION),
         "extend_ms": Rule(hi=3_600_000),
+        "worker_id": Rule(cap=MAX_ID_CHARS, printable=True),
     },
     "Outcome": {
         "status": Rule(lo=100, hi=999, also=(0,)),

@@ -14,7 +14,7 @@ import grpc
 import pytest
 
 from frontier_node.core.config import FrontierConfig, PolitenessConfig
-from frontier_node.core.frontier import NOT_HOLDER, Frontier
+from frontier_node.core.frontier import NOT_HOLDER, Frontier, LeaseError
 from frontier_node.core.records import Item, Kind, Link, Outcome
 from frontier_node.core.states import State
 from frontier_node.service import FrontierService
@@ -166,3 +166,30 @@ def test_grpc_one_forged_completion_in_a_batch_is_refused_alone(
     assert _late_lines(store, second.lease_id) == ["not_holder status=404"] * 2
     mine = stub.CompleteBatch(pb.CompleteBatchRequest(completions=[_done(second, ok, "A")]), timeout=RPC_S)
     assert mine.results[0].accepted and mine.results[0].state == "fetched", mine
+
+
+def test_core_only_the_holder_renews_a_lease() -> None:
+    """A Renew naming another worker (or none) does not extend the lease, which then expires as its holder's would;
+    the holder's own Renew extends it."""
+    clock, store = VirtualClock(), MemoryStore()
+    f = Frontier(store, clock, CONFIG)
+    page = _leased_to_a(f, clock)
+    for who in ("B", ""):
+        with pytest.raises(LeaseError) as refused:
+            f.renew(page.key, page.generation, 10.0, worker_id=who)
+        assert refused.value.reason == NOT_HOLDER
+        assert page.deadline == clock.now() + CONFIG.lease_s
+    clock.advance(5.0)
+    assert f.renew(page.key, page.generation, 10.0, worker_id="A") == clock.now() + CONFIG.lease_s
+
+
+def test_grpc_another_worker_cannot_keep_a_lease_alive(node: tuple[pb_grpc.FrontierStub, MemoryStore]) -> None:
+    stub, _ = node
+    (page,) = _pages_leased_to_a(stub, 1)
+    for who in ("B", ""):
+        request = pb.RenewRequest(lease_id=page.lease_id, generation=page.generation, extend_ms=60_000, worker_id=who)
+        forged = stub.Renew(request, timeout=RPC_S)
+        assert not forged.ok and forged.reason == NOT_HOLDER, (who, forged)
+    request = pb.RenewRequest(lease_id=page.lease_id, generation=page.generation, extend_ms=60_000, worker_id="A")
+    mine = stub.Renew(request, timeout=RPC_S)
+    assert mine.ok and mine.deadline_ms >= page.deadline_ms, mine

@@ -802,7 +802,7 @@ def test_a_renewal_never_shortens_a_lease() -> None:
         (page,) = stub.Lease(pb.LeaseRequest(worker_id="a", max_items=5), timeout=RPC_S).items
         for extend_ms in (0, 1):
             renewed = stub.Renew(pb.RenewRequest(lease_id=page.lease_id, generation=page.generation,
-                                                 extend_ms=extend_ms), timeout=RPC_S)  # fmt: skip
+                                                 extend_ms=extend_ms, worker_id="a"), timeout=RPC_S)  # fmt: skip
             assert renewed.ok and renewed.deadline_ms == page.deadline_ms, (extend_ms, renewed, page.deadline_ms)
         time.sleep(0.5)  # past the next tick, which would expire a lease whose deadline had passed
         other = stub.Lease(pb.LeaseRequest(worker_id="b", max_items=5, wait_ms=300), timeout=RPC_S)

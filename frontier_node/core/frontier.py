@@ -69,7 +69,7 @@ _VERDICTS_META = "counters.verdicts"
 
 
 class LeaseError(LookupError):
-    """A Renew for a lease that is not current: unknown, stale generation or already settled."""
+    """A Renew for a lease that is not current (unknown, stale generation or already settled) or not the caller's."""
 
     def __init__(self, key: str, generation: int, reason: str) -> None:
         super().__init__(f"lease {key!r} generation {generation}: {reason}")
@@ -438,8 +438,11 @@ class Frontier(RobotsItems, Handback, RevisitItems):
         self._front.take_slot(host)
         self._leases.lend(item)
 
-    def renew(self, key: str, generation: int, extend_s: float) -> float:
+    def renew(self, key: str, generation: int, extend_s: float, *, worker_id: str | None = None) -> float:
         """Push a current lease's deadline out to now + extend_s (at most lease_s); the deadline after it.
+
+        `worker_id` as for `complete`: a current lease another worker holds is not extended (NOT_HOLDER), so no
+        client keeps alive a lease whose holder died (lease ids are URLs: any client can name one).
 
         A renewal only ever extends: one asking for less than the time left (extend_ms 0, say) leaves the deadline
         as it is. Else it would end a lease whose fetch still runs, and the host would be leased again meanwhile:
@@ -449,6 +452,8 @@ class Frontier(RobotsItems, Handback, RevisitItems):
             raise LeaseError(key, generation, "unknown_lease")
         if item.generation != generation:
             raise LeaseError(key, generation, "stale_generation")
+        if worker_id is not None and worker_id != item.reason:
+            raise LeaseError(key, generation, NOT_HOLDER)
         deadline = self._clock.now() + min(max(extend_s, 0.0), self._config.lease_s)
         if deadline > item.deadline:
             self._leases.extend(item, deadline)

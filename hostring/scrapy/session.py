@@ -316,7 +316,10 @@ class FrontierSession:
         so the lease's Complete starts there too. Only the owner saying the lease is gone marks it lost.
         """
         request = pb.RenewRequest(
-            lease_id=lease.item.lease_id, generation=lease.item.generation, extend_ms=int(lease.span_s * 1000)
+            lease_id=lease.item.lease_id,
+            generation=lease.item.generation,
+            extend_ms=int(lease.span_s * 1000),
+            worker_id=self.worker_id,
         )
         domain = lease.item.domain
         try:

@@ -146,14 +146,16 @@ class LeaseResponse(_message.Message):
     def __init__(self, items: _Optional[_Iterable[_Union[LeaseItem, _Mapping]]] = ..., ring_epoch: _Optional[int] = ..., next_ready_ms: _Optional[int] = ..., drained: _Optional[bool] = ...) -> None: ...
 
 class RenewRequest(_message.Message):
-    __slots__ = ("lease_id", "generation", "extend_ms")
+    __slots__ = ("lease_id", "generation", "extend_ms", "worker_id")
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     EXTEND_MS_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     lease_id: str
     generation: int
     extend_ms: int
-    def __init__(self, lease_id: _Optional[str] = ..., generation: _Optional[int] = ..., extend_ms: _Optional[int] = ...) -> None: ...
+    worker_id: str
+    def __init__(self, lease_id: _Optional[str] = ..., generation: _Optional[int] = ..., extend_ms: _Optional[int] = ..., worker_id: _Optional[str] = ...) -> None: ...
 
 class RenewResponse(_message.Message):
     __slots__ = ("ok", "deadline_ms", "reason")
