@@ -57,17 +57,17 @@ _SENT_LIMIT = 1 << 17
 _NEVER_SENT = 1 << 62  # the depth of a link this worker has not sent
 _IDLE_S = 0.05  # a node that answered empty without waiting (or drained) is asked again after this
 _ARCHIVE_ON_LOOP_BYTES = 256 * 1024
+"""A body up to this size is archived on the event loop (compressing it takes well under a millisecond, less than
+handing it to a thread costs); a bigger one on a thread, so fetches in flight are not held."""
 _START_MARGIN_S = 1.0
+"""A lease that ends sooner than this (or than a quarter of what was left of it when it arrived) by the time its
+fetch would start is handed back unfetched: once it expires the node may hand its host to another worker, and a
+fetch started this late could land beside that one."""
 _BATCHES_IN_FLIGHT = 2
 """Completion batches a worker has in flight per node; completions made while that many are wait and go together.
 With one, a completion made while a batch was on the node waited for its answer first (a round trip of ~3-4 ms
 behind the worker's own busy loop), and hosts waited ~21 ms between fetches on the issue-10 web; two let the next
 completion leave at once (makespan/bound 2.2 -> 1.8) for ~0.4 ms more CPU per page (more, smaller commits)."""
-"""A lease that ends sooner than this (or than a quarter of what was left of it when it arrived) by the time its
-fetch would start is handed back unfetched: once it expires the node may hand its host to another worker, and a
-fetch started this late could land beside that one."""
-"""A body up to this size is archived on the event loop (compressing it takes well under a millisecond, less than
-handing it to a thread costs); a bigger one on a thread, so fetches in flight are not held."""
 
 
 @dataclass

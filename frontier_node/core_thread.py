@@ -24,9 +24,8 @@ flush in flight: a handoff or the mail poller then settles it through the store 
 Long-poll Leases hold no thread: they wait here as operations, served in arrival order after every batch, so a
 completion that frees a host wakes a waiting Lease in the same commit. The leases a completion batch asks for in
 its reply are leased after the batch's ops, before the waiting Leases unless a worker with fewer leases waits
-(`_lease`).
-The thread sleeps until the next call,
-the next event of the core while Leases wait (`next_event_in`), the first Lease deadline, or TICK_S.
+(`_lease`). The thread sleeps until the next call, the next event of the core while Leases wait
+(`next_event_in`), the first Lease deadline, or TICK_S.
 
 A store that lost data (`StoreLost`) is fatal: one ERROR line, `fault` set, every data-plane call answered
 UNAVAILABLE from then on, and nothing more written.
