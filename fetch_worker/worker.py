@@ -67,7 +67,9 @@ _BATCHES_IN_FLIGHT = 2
 """Completion batches a worker has in flight per node; completions made while that many are wait and go together.
 With one, a completion made while a batch was on the node waited for its answer first (a round trip of ~3-4 ms
 behind the worker's own busy loop), and hosts waited ~21 ms between fetches on the issue-10 web; two let the next
-completion leave at once (makespan/bound 2.2 -> 1.8) for ~0.4 ms more CPU per page (more, smaller commits)."""
+completion leave at once: makespan/bound ~2.05 -> ~1.8 over interleaved runs. The price is more, smaller batches
+(the node's thread wake-ups per batch) and, on a VM whose two CPUs share one core, the worker and node slowing
+each other while they overlap: CPU per page measured 5.2-5.8 -> 6.4-7.7 ms there, most of it that slowdown."""
 
 
 @dataclass
