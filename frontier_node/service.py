@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar, cast
 import grpc
 
 from frontier_node import validate
+from frontier_node.core import robots
 from frontier_node.core.frontier import Frontier, LeaseError
 from frontier_node.core.ports import Outbox
 from frontier_node.core.records import Item, Kind, LinkVerdict
@@ -32,6 +33,7 @@ from frontier_node.ops import Call, Claim, Complete, Discover, Lease, Op, Settle
 from frontier_node.reading import StoreReader
 from frontier_node.report import coverage_report
 from frontier_node.wire import DecodeWarnings, UndecodableRequest, handlers
+from hostring.agent import product_token
 from hostring.client import WRONG_OWNER
 from hostring.limits import MAX_MESSAGE_BYTES, REPORT_CHUNK_BYTES
 from hostring.text import escape_tree
@@ -52,6 +54,7 @@ _PER_COMPLETION_REPLY = 512  # a CompleteResponse without its forwarded links: f
 _MAX_NEXT_READY_MS = 2**32 - 1
 _CHECK_ON_LOOP_BYTES = 256 * 1024  # requests above this are checked on a worker thread
 _BUILD_ON_LOOP = 2_000  # replies with more entries than this are built on a worker thread
+_PREPARE_ROBOTS_BYTES = 16 * 1024  # robots.txt bodies above this (~30 ms to parse) are parsed on a worker thread
 STREAM_IN_FLIGHT: Final = 64
 """CompleteStream: messages of one stream worked on or answered but not yet sent, at once (the stream is not read
 further until one of their answers is sent)."""
@@ -90,6 +93,7 @@ class FrontierService:
             store_timer=(lambda: store_timer) if store_timer is not None else None,
         )
         self.decode_warnings = DecodeWarnings()
+        self._robots_token = product_token(frontier.config.user_agent)
         self._inspect: ThreadPoolExecutor | None = _inspector()
         self._reports: asyncio.Semaphore | None = None
 
@@ -136,6 +140,16 @@ class FrontierService:
                 validate.check(request)
         except validate.Refused as e:
             await _abort(context, e.code, e.reason)
+
+    async def _prepare_robots(self, request: Any, completions: Iterable[Any]) -> None:
+        """Parse the big robots.txt bodies among `completions` on a worker thread before the core settles them (see
+        robots.prepare): a hostile 500 KB file takes about a second, which on the core thread every call would wait
+        out. Only a request bigger than the threshold is looked through."""
+        if request.ByteSize() <= _PREPARE_ROBOTS_BYTES:
+            return
+        bodies = [b for c in completions if len(b := c.outcome.robots_body) > _PREPARE_ROBOTS_BYTES]
+        for body in bodies:
+            await asyncio.to_thread(robots.prepare, body, self._robots_token)
 
     async def _reply_room(self, request: Any, completions: int, context: Context) -> None:
         """Without an outbox, forwarded links ride in the reply: refuse, before any work, a request whose reply could
@@ -191,6 +205,7 @@ class FrontierService:
     async def Complete(self, request: pb.CompleteRequest, context: Context) -> pb.CompleteResponse:
         await self._check(request, context)
         await self._reply_room(request, 1, context)
+        await self._prepare_robots(request, [request])
         (settled,) = await self._run(Complete([request], self.outbox), context)
         if settled.wrong_owner:
             await _abort(
@@ -213,6 +228,7 @@ class FrontierService:
         await self._reply_room(request, len(request.completions), context)
         # Nothing refused (the common case): the repeated field itself, no copy of the list.
         good = [c for i, c in enumerate(request.completions) if i not in refused] if refused else request.completions
+        await self._prepare_robots(request, good)
         want = (request.worker_id, request.lease_max_items) if request.lease_max_items else None
         # A batch that may wait for its leases parks a Lease queued right behind the completions: both run in the
         # same core batch (one wake-up), and the Lease, served after the completions, sees the hosts they released.

@@ -10,6 +10,7 @@ import binascii
 import enum
 import math
 import re
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
@@ -171,10 +172,40 @@ class _Rules:
         return self._crawl_delay
 
 
-def _select_group(body: bytes, product_token: str) -> _Group | None:
+def _parse_group(body: bytes, product_token: str) -> _Group | None:
     """Parse a (capped) body into the group for the whole product token, else `*`, else None (no rules)."""
     lines = _group_lines(_cap_body(body).decode("utf-8-sig", errors="replace"), product_token)
     return None if lines is None else _Rules(lines)
+
+
+def _select_group(body: bytes, product_token: str) -> _Group | None:
+    """The group of a body for the product token: the one `prepare` parsed ahead when it did, else parsed now."""
+    key = (body, product_token)
+    with _PREPARED_LOCK:
+        if key in _PREPARED:
+            return _PREPARED.pop(key)
+    return _parse_group(body, product_token)
+
+
+def prepare(body: bytes, product_token: str) -> None:
+    """Parse a robots.txt body ahead, off the core thread: a shell calls this on a thread of its own for a big body
+    (a hostile 500 KB file takes about a second to parse), and the record the core then makes of the same body and
+    token takes the parsed group instead of parsing it while every call waits. Parsed groups wait here until taken,
+    the PREPARED_MAX newest of them."""
+    body = _cap_body(body)  # as a record keeps it
+    try:
+        group = _parse_group(body, product_token)
+    except Exception:
+        return  # the core parses it again and records why (robots_parse_error): nothing is decided here
+    with _PREPARED_LOCK:
+        _PREPARED[(body, product_token)] = group
+        while len(_PREPARED) > PREPARED_MAX:
+            del _PREPARED[next(iter(_PREPARED))]
+
+
+PREPARED_MAX = 16
+_PREPARED: dict[tuple[bytes, str], _Group | None] = {}
+_PREPARED_LOCK = threading.Lock()
 
 
 def _is_robots_txt(url: str) -> bool:
