@@ -64,7 +64,7 @@ def test_core_a_completion_by_another_worker_changes_nothing_and_the_holders_lan
     assert f.body_claim(key, generation, OK, worker_id="B") is None, "a forged body would be registered ahead"
     assert page.state is State.LEASED and f.leased_domain(key) == "h.example"
     assert f.stats().urls_by_state.get("scheduled", 0) == 0, "the forged completion's link was admitted"
-    assert _late_lines(store, key) == ["not_holder status=404", "not_holder status=404"]
+    assert _late_lines(store, key) == ["not_holder worker='B' status=404", "not_holder worker='' status=404"]
     mine = f.complete(key, generation, OK, worker_id="A")
     assert mine.accepted and mine.state == "fetched", mine
 
@@ -76,7 +76,7 @@ def test_core_a_hand_back_must_come_from_the_holder() -> None:
     back = Outcome(error_class="worker_shutdown", retry_after_s=-1)
     refused = f.complete(page.key, page.generation, back, worker_id="B")
     assert not refused.accepted and refused.reason == NOT_HOLDER and page.state is State.LEASED
-    assert _late_lines(store, page.key) == ["not_holder status=0 worker_shutdown"]
+    assert _late_lines(store, page.key) == ["not_holder worker='B' status=0 worker_shutdown"]
     handed = f.complete(page.key, page.generation, back, worker_id="A")
     assert handed.accepted and page.state is not State.LEASED
 
@@ -141,7 +141,11 @@ def test_grpc_another_worker_cannot_settle_a_lease_and_the_holders_completion_la
     link = pb.Link(observed="http://h0.example/forged", source_key=page.lease_id)
     forged = stub.Complete(_done(page, pb.Outcome(status=200, retry_after_s=-1), "B", link), timeout=RPC_S)
     assert not forged.accepted and forged.reason == NOT_HOLDER and forged.admitted == 0
-    assert _late_lines(store, page.lease_id) == ["not_holder status=404"] * 2 + ["not_holder status=200"]
+    assert _late_lines(store, page.lease_id) == [
+        "not_holder worker='B' status=404",
+        "not_holder worker='' status=404",
+        "not_holder worker='B' status=200",
+    ]
     back = stub.Complete(_done(page, pb.Outcome(error_class="worker_shutdown", retry_after_s=-1), "B"))
     assert not back.accepted and back.reason == NOT_HOLDER and _state(stub, page.url) == "leased"
     mine = stub.Complete(_done(page, pb.Outcome(status=200, retry_after_s=-1), "A"), timeout=RPC_S)
@@ -163,7 +167,7 @@ def test_grpc_one_forged_completion_in_a_batch_is_refused_alone(
     (alone,) = stub.CompleteBatch(pb.CompleteBatchRequest(completions=[_done(second, gone, "B")])).results
     assert not alone.accepted and alone.reason == NOT_HOLDER, alone
     assert _state(stub, second.url) == "leased"
-    assert _late_lines(store, second.lease_id) == ["not_holder status=404"] * 2
+    assert _late_lines(store, second.lease_id) == ["not_holder worker='B' status=404"] * 2
     mine = stub.CompleteBatch(pb.CompleteBatchRequest(completions=[_done(second, ok, "A")]), timeout=RPC_S)
     assert mine.results[0].accepted and mine.results[0].state == "fetched", mine
 

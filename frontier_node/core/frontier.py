@@ -510,7 +510,7 @@ class Frontier(RobotsItems, Handback, RevisitItems):
                 return again
             return self._late(key, generation, outcome, "stale_generation" if item else "unknown_lease", row)
         if worker_id is not None and worker_id != item.reason:  # a leased item's reason is its holder (_grant)
-            return self._late(key, generation, outcome, NOT_HOLDER, item)
+            return self._late(key, generation, outcome, f"{NOT_HOLDER} worker={worker_id!r}", item, NOT_HOLDER)
         if outcome.error_class == HANDED_BACK:
             self._hand_back(item, HANDED_BACK)  # scheduled again, or failed past the bound (the reason says which)
             return Completion(True, item.state.value, False, item.reason)
@@ -562,8 +562,11 @@ class Frontier(RobotsItems, Handback, RevisitItems):
         self._events["repeated_completion"] += 1
         return Completion(True, row.state.value, False, REPEATED)
 
-    def _late(self, key: str, generation: int, outcome: OutcomeLike, reason: str, row: Item | None) -> Completion:
-        """Journal a completion of a lease that is not current as late evidence; `row` is the key's item, if any."""
+    def _late(
+        self, key: str, generation: int, outcome: OutcomeLike, why: str, row: Item | None, reason: str = ""
+    ) -> Completion:
+        """Journal a completion of a lease that is not current as late evidence (`why`, its journal line's reason);
+        `row` is the key's item, if any; the answer's reason is `reason`, else `why`."""
         state = row.state if row else State.DISCOVERED
         self._events["late_evidence"] += 1
         self._journal_seq += 1
@@ -579,11 +582,11 @@ class Frontier(RobotsItems, Handback, RevisitItems):
                 state.value,
                 self._now,
                 self._config.policy_version,
-                f"{reason} status={outcome.status} {outcome.error_class}".strip(),
+                f"{why} status={outcome.status} {outcome.error_class}".strip(),
                 outcome.evidence,
             )
         )
-        return Completion(False, state.value, False, reason)
+        return Completion(False, state.value, False, reason or why)
 
     def _ask_bodies(self, item: Item, outcome: OutcomeLike) -> BodyClaim | None:
         """What the body index knows of this completion's body, asked before the completion changes anything.
