@@ -9,21 +9,14 @@ import threading
 import time
 from collections.abc import Iterator
 
-import grpc
 import pytest
 from protego import Protego
 
 from frontier_node.core import robots
-from frontier_node.core.config import FrontierConfig, PolitenessConfig
-from frontier_node.core.frontier import Frontier
 from frontier_node.core.robots import RobotsPolicy, RobotsVerdict
-from frontier_node.service import FrontierService
-from frontier_node.store.memory import MemoryStore
-from hostring.clock import WallClock
-from hostring.limits import grpc_options
 from hostring.v1 import frontier_pb2 as pb
 from hostring.v1 import frontier_pb2_grpc as pb_grpc
-from tests.test_node_shell import RPC_S, Served, seeds
+from tests.test_node_shell import RPC_S, memory_node, seeds
 
 pytestmark = [pytest.mark.timeout(60)]
 
@@ -81,13 +74,8 @@ def test_prepared_groups_are_bounded(parses: list[int]) -> None:
 
 @pytest.fixture
 def stub() -> Iterator[pb_grpc.FrontierStub]:
-    config = FrontierConfig(politeness=PolitenessConfig(min_delay_s=0.0))
-    served = Served(FrontierService(Frontier(MemoryStore(), WallClock(), config)))
-    try:
-        with grpc.insecure_channel(served.address, options=grpc_options()) as channel:
-            yield pb_grpc.FrontierStub(channel)  # type: ignore[no-untyped-call]
-    finally:
-        served.close()
+    with memory_node() as stub:
+        yield stub
 
 
 def test_the_node_answers_other_calls_while_a_hostile_robots_txt_is_parsed(stub: pb_grpc.FrontierStub) -> None:
