@@ -37,7 +37,7 @@ from hostring.agent import product_token
 from hostring.client import WRONG_OWNER
 from hostring.limits import MAX_MESSAGE_BYTES, REPORT_CHUNK_BYTES
 from hostring.text import escape_tree
-from hostring.urls import UrlRejected, identify
+from hostring.urls import ROBOTS_PREFIX, UrlRejected, identify
 from hostring.v1 import frontier_pb2 as pb
 
 if TYPE_CHECKING:
@@ -141,15 +141,27 @@ class FrontierService:
         except validate.Refused as e:
             await _abort(context, e.code, e.reason)
 
-    async def _prepare_robots(self, request: Any, completions: Iterable[Any]) -> None:
+    async def _prepare_robots(self, request: Any, completions: Iterable[Any], context: Context) -> None:
         """Parse the big robots.txt bodies among `completions` on a worker thread before the core settles them (see
         robots.prepare): a hostile 500 KB file takes about a second, which on the core thread every call would wait
-        out. Only a request bigger than the threshold is looked through."""
+        out. Only a request bigger than the threshold is looked through, and only the bodies of robots leases their
+        sender holds are parsed (asked of the core first): a forged completion gets no parse the core would not
+        have made."""
         if request.ByteSize() <= _PREPARE_ROBOTS_BYTES:
             return
-        bodies = [b for c in completions if len(b := c.outcome.robots_body) > _PREPARE_ROBOTS_BYTES]
-        for body in bodies:
-            await asyncio.to_thread(robots.prepare, body, self._robots_token)
+        big = [
+            c
+            for c in completions
+            if c.lease_id.startswith(ROBOTS_PREFIX) and len(c.outcome.robots_body) > _PREPARE_ROBOTS_BYTES
+        ]
+        if not big:
+            return
+        held = await self._run(
+            Call(lambda core: [core.holds(c.lease_id, c.generation, c.worker_id) for c in big]), context
+        )
+        for completion, holds in zip(big, held, strict=True):
+            if holds:
+                await asyncio.to_thread(robots.prepare, completion.outcome.robots_body, self._robots_token)
 
     async def _reply_room(self, request: Any, completions: int, context: Context) -> None:
         """Without an outbox, forwarded links ride in the reply: refuse, before any work, a request whose reply could
@@ -205,7 +217,7 @@ class FrontierService:
     async def Complete(self, request: pb.CompleteRequest, context: Context) -> pb.CompleteResponse:
         await self._check(request, context)
         await self._reply_room(request, 1, context)
-        await self._prepare_robots(request, [request])
+        await self._prepare_robots(request, [request], context)
         (settled,) = await self._run(Complete([request], self.outbox), context)
         if settled.wrong_owner:
             await _abort(
@@ -228,7 +240,7 @@ class FrontierService:
         await self._reply_room(request, len(request.completions), context)
         # Nothing refused (the common case): the repeated field itself, no copy of the list.
         good = [c for i, c in enumerate(request.completions) if i not in refused] if refused else request.completions
-        await self._prepare_robots(request, good)
+        await self._prepare_robots(request, good, context)
         want = (request.worker_id, request.lease_max_items) if request.lease_max_items else None
         # A batch that may wait for its leases parks a Lease queued right behind the completions: both run in the
         # same core batch (one wake-up), and the Lease, served after the completions, sees the hosts they released.

@@ -93,3 +93,20 @@ def test_the_node_answers_other_calls_while_a_hostile_robots_txt_is_parsed(stub:
     assert completing.result().accepted
     info = stub.GetHost(pb.GetHostRequest(host=item.host), timeout=RPC_S)
     assert "rules" in info.robots, info
+
+
+def test_only_the_holders_body_is_parsed_and_only_once(stub: pb_grpc.FrontierStub, parses: list[int]) -> None:
+    """A forged completion (another worker's id) with a big robots.txt costs the node no parse; the holder's is
+    parsed once, ahead on a worker thread, and the core takes that parse."""
+    stub.Discover(pb.DiscoverRequest(links=seeds(1, 1)), timeout=RPC_S)
+    (item,) = stub.Lease(pb.LeaseRequest(worker_id="w", max_items=5), timeout=RPC_S).items
+    outcome = pb.Outcome(status=200, retry_after_s=-1, robots_body=_hostile(40_000))
+
+    def batch(worker: str) -> pb.CompleteBatchRequest:
+        done = pb.CompleteRequest(lease_id=item.lease_id, generation=item.generation, outcome=outcome, worker_id=worker)
+        return pb.CompleteBatchRequest(completions=[done])
+
+    (forged,) = stub.CompleteBatch(batch("x"), timeout=RPC_S).results
+    assert not forged.accepted and not parses, "a forged completion's robots.txt was parsed"
+    (mine,) = stub.CompleteBatch(batch("w"), timeout=RPC_S).results
+    assert mine.accepted and len(parses) == 1, parses

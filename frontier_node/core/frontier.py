@@ -459,6 +459,11 @@ class Frontier(RobotsItems, Handback, RevisitItems):
             self._leases.extend(item, deadline)
         return item.deadline
 
+    def holds(self, key: str, generation: int, worker_id: str) -> bool:
+        """Whether `worker_id` holds the current lease `key` at `generation` (what `complete` checks first)."""
+        item = self._leases.leased(key)
+        return item is not None and item.generation == generation and item.reason == worker_id
+
     def leases_held(self, worker_id: str) -> int:
         """How many leases `worker_id` holds now."""
         return self._leases.held(worker_id)
