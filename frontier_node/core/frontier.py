@@ -452,7 +452,7 @@ class Frontier(RobotsItems, Handback, RevisitItems):
             raise LeaseError(key, generation, "unknown_lease")
         if item.generation != generation:
             raise LeaseError(key, generation, "stale_generation")
-        if worker_id is not None and worker_id != item.reason:
+        if _not_holder(item, worker_id):
             raise LeaseError(key, generation, NOT_HOLDER)
         deadline = self._clock.now() + min(max(extend_s, 0.0), self._config.lease_s)
         if deadline > item.deadline:
@@ -462,7 +462,7 @@ class Frontier(RobotsItems, Handback, RevisitItems):
     def holds(self, key: str, generation: int, worker_id: str) -> bool:
         """Whether `worker_id` holds the current lease `key` at `generation` (what `complete` checks first)."""
         item = self._leases.leased(key)
-        return item is not None and item.generation == generation and item.reason == worker_id
+        return item is not None and item.generation == generation and not _not_holder(item, worker_id)
 
     def leases_held(self, worker_id: str) -> int:
         """How many leases `worker_id` holds now."""
@@ -482,7 +482,7 @@ class Frontier(RobotsItems, Handback, RevisitItems):
         item = self._leases.leased(key)
         if item is None or item.generation != generation or outcome.error_class == HANDED_BACK:
             return None
-        if worker_id is not None and worker_id != item.reason:
+        if _not_holder(item, worker_id):
             return None
         return self._claim_of(item, outcome)
 
@@ -514,7 +514,7 @@ class Frontier(RobotsItems, Handback, RevisitItems):
             if item is None and (again := self._repeated(row, generation, outcome)) is not None:
                 return again
             return self._late(key, generation, outcome, "stale_generation" if item else "unknown_lease", row)
-        if worker_id is not None and worker_id != item.reason:  # a leased item's reason is its holder (_grant)
+        if _not_holder(item, worker_id):
             return self._late(key, generation, outcome, f"{NOT_HOLDER} worker={worker_id!r}", item, NOT_HOLDER)
         if outcome.error_class == HANDED_BACK:
             self._hand_back(item, HANDED_BACK)  # scheduled again, or failed past the bound (the reason says which)
@@ -1036,6 +1036,12 @@ class Frontier(RobotsItems, Handback, RevisitItems):
         return CoverageInput(
             self._run_id, rows, self._budgets.report(), dict(self._verdicts), revisits=self.revisit_stats()
         )
+
+
+def _not_holder(item: Item, worker_id: str | None) -> bool:
+    """Whether `worker_id` names another worker than the leased `item`'s holder, its reason (see `_grant`); None, an
+    in-process caller that is the holder by construction, is never refused."""
+    return worker_id is not None and worker_id != item.reason
 
 
 def _host_name(name: str) -> str:
