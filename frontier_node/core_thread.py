@@ -258,18 +258,14 @@ class CoreThread:
         """
         core = self.frontier
         replies = [op for op in batch.finished if isinstance(op, Complete) and op.lease_for is not None]
+        waiting = {w.worker_id: core.leases_held(w.worker_id) for w in self._waiters} if replies else {}
         later: list[Complete] = []
-        if replies and self._waiters:
-            waiting = {w.worker_id: core.leases_held(w.worker_id) for w in self._waiters}
-            for op in replies:
-                worker = op.lease_for or ""
-                held = core.leases_held(worker)
-                if any(n < held for w, n in waiting.items() if w != worker):
-                    later.append(op)
-                else:
-                    self._lease_reply(op)
-        else:
-            for op in replies:
+        for op in replies:
+            worker = op.lease_for or ""
+            held = core.leases_held(worker)
+            if any(n < held for w, n in waiting.items() if w != worker):
+                later.append(op)
+            else:
                 self._lease_reply(op)
         batch.ran += self._serve_waiters(batch.finished)
         for op in later:
