@@ -149,19 +149,20 @@ class FrontierService:
         have made."""
         if request.ByteSize() <= _PREPARE_ROBOTS_BYTES:
             return
+        # (completion, its body): reading robots_body copies the bytes out of the message, once here
         big = [
-            c
+            (c, body)
             for c in completions
-            if c.lease_id.startswith(ROBOTS_PREFIX) and len(c.outcome.robots_body) > _PREPARE_ROBOTS_BYTES
+            if c.lease_id.startswith(ROBOTS_PREFIX) and len(body := c.outcome.robots_body) > _PREPARE_ROBOTS_BYTES
         ]
         if not big:
             return
         held = await self._run(
-            Call(lambda core: [core.holds(c.lease_id, c.generation, c.worker_id) for c in big]), context
+            Call(lambda core: [core.holds(c.lease_id, c.generation, c.worker_id) for c, _ in big]), context
         )
-        for completion, holds in zip(big, held, strict=True):
+        for (_, body), holds in zip(big, held, strict=True):
             if holds:
-                await asyncio.to_thread(robots.prepare, completion.outcome.robots_body, self._robots_token)
+                await asyncio.to_thread(robots.prepare, body, self._robots_token)
 
     async def _reply_room(self, request: Any, completions: int, context: Context) -> None:
         """Without an outbox, forwarded links ride in the reply: refuse, before any work, a request whose reply could
