@@ -28,7 +28,6 @@ import argparse
 import gc
 import itertools
 import json
-import math
 import os
 import platform
 import random
@@ -52,6 +51,7 @@ from typing import IO, Any
 
 import grpc
 
+from bench.reference import reference_loop_busy_ns, reference_loop_ns
 from frontier_node.core.config import FrontierConfig, PolitenessConfig, RevisitConfig
 from frontier_node.core.frontier import Frontier
 from frontier_node.core.ports import Store
@@ -215,57 +215,6 @@ def core_build() -> str:
     if not compiled:
         return "from source (scripts/native.py build compiles it)"
     return f"compiled with mypyc ({len(compiled)} of {len(native.MODULES)} modules)"
-
-
-def reference_loop_ns(rounds: int = 5, n: int = 100_000) -> float:
-    """CPU nanoseconds per step of a fixed pure-Python loop (dict, str, int work; the best of `rounds`).
-
-    Machines of the same name differ by 3x from one session to the next: this figure lets two runs' absolute
-    rates be compared (a rate scales roughly with 1 / this), and CPU time is used so that load does not move it.
-    """
-    best = math.inf
-    for _ in range(rounds):
-        start = time.process_time()
-        table: dict[str, int] = {}
-        for i in range(n):
-            key = "u" + str(i & 4095)
-            table[key] = table.get(key, 0) + i
-        best = min(best, time.process_time() - start)
-    return round(1e9 * best / n, 1)
-
-
-_BUSY_LOOP = """
-import statistics, sys, time
-start, n = float(sys.argv[1]), 100_000
-while time.time() < start:
-    time.sleep(0.001)
-steps = []
-for _ in range(7):
-    t = time.process_time()
-    table = {}
-    for i in range(n):
-        key = "u" + str(i & 4095)
-        table[key] = table.get(key, 0) + i
-    steps.append(time.process_time() - t)
-print(1e9 * statistics.median(steps) / n)
-"""
-
-
-def reference_loop_busy_ns() -> float:
-    """The reference loop's CPU ns per step (median of rounds) run in one process per usable CPU at once.
-
-    On a VM whose CPUs share a physical core, the same work costs more CPU time while every CPU is busy: a crawl
-    whose processes overlap more (a faster one) then shows more CPU per page for the same work. This figure next
-    to `reference_loop_ns` says by how much.
-    """
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    start = time.time() + 0.5
-    procs = [
-        subprocess.Popen([sys.executable, "-c", _BUSY_LOOP, str(start)], stdout=subprocess.PIPE, text=True)
-        for _ in range(cpus)
-    ]
-    values = [float(p.communicate(timeout=60)[0]) for p in procs]
-    return round(sum(values) / len(values), 1)
 
 
 def _proc_status(path: Path) -> dict[str, int]:
