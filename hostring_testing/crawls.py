@@ -210,10 +210,9 @@ def fresh_page_lease(out: Path, worker_id: str, web: LocalWeb) -> bool:
 
 
 def _answers_slowly(web: LocalWeb, url: str) -> bool:
-    """Whether `web` holds the page `url` names and waits before answering it."""
-    label, resource = key_of(web, url)
-    pages = web.sites[label].pages
-    return any(page.delay_s > 0 for key, page in pages.items() if canonical_target(key) == resource)
+    """Whether `web` waits before answering the page `url` names."""
+    page, _ = web.page(*key_of(web, url))
+    return page.delay_s > 0
 
 
 def key_of(web: LocalWeb, url: str) -> Key:

@@ -426,7 +426,12 @@ class LocalWeb:
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
     def _resolve(self, label: str, target: str) -> tuple[Page, str]:
-        """The page a request target names and its resource identity."""
+        """The page a request's target names and its resource identity, as the server answers it (a subclass may
+        watch requests here)."""
+        return self.page(label, target)
+
+    def page(self, label: str, target: str) -> tuple[Page, str]:
+        """The page a request target names on origin `label` and its resource identity (a 404 page for none)."""
         site = self.sites[label]
         target = target.split("#", 1)[0]
         canon = canonical_target(target)
