@@ -33,6 +33,7 @@ from frontier_node.store.redis import RedisStore
 from frontier_node.store.redis.bodies import RedisBodyIndex
 from frontier_node.store.redis.mail import READ_COUNT, row_link
 from hostring.ring import EMPTY_RING, Ring
+from hostring.thread_names import name_os_thread
 
 log = logging.getLogger("hostring.node")
 
@@ -235,6 +236,7 @@ class Slice:
             self._mail_thread.start()
 
     def _mail_loop(self) -> None:
+        name_os_thread()
         wait = MAIL_POLL_S
         failures = 0
         while not self._stop.wait(wait):

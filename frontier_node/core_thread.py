@@ -52,6 +52,7 @@ from frontier_node.core.frontier import Frontier
 from frontier_node.core.ports import Fenced, Outbox, StoreLost
 from frontier_node.core.views import FrontierStats
 from frontier_node.ops import Call, Complete, Lease, Op, Step
+from hostring.thread_names import name_os_thread
 
 log = logging.getLogger("hostring.node")
 
@@ -172,6 +173,7 @@ class CoreThread:
         return self._runner is not None and self._runner.is_alive()
 
     def _run(self) -> None:
+        name_os_thread()
         while True:
             self._wake.wait(self._timeout)
             self._wake.clear()

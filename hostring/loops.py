@@ -12,6 +12,8 @@ import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+from hostring.thread_names import name_os_thread
+
 T = TypeVar("T")
 
 
@@ -34,5 +36,6 @@ def run_on(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T], timeou
 
 
 def _run_forever(loop: asyncio.AbstractEventLoop) -> None:
+    name_os_thread()
     asyncio.set_event_loop(loop)
     loop.run_forever()

@@ -39,6 +39,7 @@ from mypy_extensions import mypyc_attr
 from frontier_node.core.records import Entry, Item, Kind
 from frontier_node.core.states import State
 from frontier_node.store.lease_tail import LEASES_META, leases_value, tail_leases
+from hostring.thread_names import name_os_thread
 
 # Version 2 added items.payload (opaque client data, Link.payload); 3 the revisit columns (checked_at .. simhash).
 # A file of an older version is upgraded in place when opened: the columns it lacks are added (a version-2 file of
@@ -680,6 +681,7 @@ def _migrate(con: sqlite3.Connection) -> None:
 
 def _checkpoint_loop(path: Path, stop: threading.Event) -> None:
     """Copy committed WAL frames into the database file off the commit path (PASSIVE: blocks no writer)."""
+    name_os_thread()
     con = _open(path)
     try:
         while not stop.wait(_CHECKPOINT_EVERY_S):

@@ -27,6 +27,7 @@ from frontier_node.commit import Flushed
 from frontier_node.core.records import Entry
 from frontier_node.store.redis.handoff import Batch
 from frontier_node.store.redis.scripts import Scripts
+from hostring.thread_names import name_os_thread
 
 
 @dataclass(slots=True)
@@ -122,6 +123,7 @@ class Writer:
         self._jobs.put(None)
 
     def _run(self) -> None:
+        name_os_thread()
         while (job := self._jobs.get()) is not None:
             answers, send = job
             try:
