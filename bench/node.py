@@ -13,7 +13,10 @@
    of completions, the ceiling a batched Complete RPC would lift the gRPC figure towards.
 4. The issue's workload on a fresh node: 600k links over 2,000 hosts (200k distinct, two thirds duplicates)
    through Discover, then drained with Lease + CompleteBatch, one in flight per host, until the node is drained.
-5. RAM bytes per admitted URL at 1M URLs (100k with --quick): a fresh subprocess admits them over 10k hosts
+5. gRPC alone (bench/grpc_floor.py): the same Discover requests answered by a server that decodes each one and
+   sends a prebuilt reply of the node's shape: the ceiling the transport sets, which the node's figure is read
+   against.
+6. RAM bytes per admitted URL at 1M URLs (100k with --quick): a fresh subprocess admits them over 10k hosts
    through `Frontier.discover` on SqliteStore; VmRSS after minus before, after gc, over the URLs admitted.
    Also the seen-set's bytes per URL.
 
@@ -51,6 +54,7 @@ from typing import IO, Any
 
 import grpc
 
+from bench import grpc_floor
 from bench.reference import reference_loop_busy_ns, reference_loop_ns
 from frontier_node.core.config import FrontierConfig, PolitenessConfig, RevisitConfig
 from frontier_node.core.frontier import Frontier
@@ -116,6 +120,8 @@ class Workload:
             "--delay 0, one Python process; client in this process",
             discover_client=f"{self.grpc_streams} client threads, each one Discover in flight, requests "
             "serialized before the clock starts",
+            grpc_floor="bench/grpc_floor.py: a grpc.aio server that decodes each of the same Discover requests and "
+            "answers a reply of the node's shape built beforehand (the transport's ceiling); same client",
             lease_client=f"{self.grpc_streams} client threads, each Lease(max_items={self.lease_batch}) then one "
             "CompleteBatch with every item of the lease (as a busy worker coalesces them); outcome 200 with a "
             "unique body digest and simhash, no links; robots items completed 404 before the clock starts",
@@ -240,21 +246,39 @@ def cpu_seconds(pid: int | None = None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def thread_cpu_seconds(pid: int) -> dict[str, float]:
+    """CPU seconds of each thread of process `pid` by its OS name (hostring names its threads: core, node-loop, ...;
+    threads of one name are summed)."""
+    out: dict[str, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            name = (task / "comm").read_text().strip()
+            out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+        except OSError:
+            continue  # the thread ended meanwhile
+    return out
+
+
 class Stopwatch:
     """Wall seconds and CPU seconds of this process (and of a node process, if given) over a `with` block.
 
     CPU seconds make a figure comparable on a machine shared with other work: count / CPU-s is the rate the
-    process would reach with a core of its own, give or take cache effects.
+    process would reach with a core of its own, give or take cache effects. For a node, also its CPU seconds by
+    thread (`node_threads`): its threads share one GIL, so which of them spends the CPU is where its time goes.
     """
 
     def __init__(self, node_pid: int | None = None) -> None:
         self.node_pid = node_pid
         self.wall = self.cpu = self.node_cpu = 0.0
+        self.node_threads: dict[str, float] = {}
 
     def __enter__(self) -> Stopwatch:
         self._t = time.perf_counter()
         self._c = cpu_seconds()
         self._n = cpu_seconds(self.node_pid) if self.node_pid else 0.0
+        self._threads = thread_cpu_seconds(self.node_pid) if self.node_pid else {}
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -262,6 +286,8 @@ class Stopwatch:
         self.cpu = cpu_seconds() - self._c
         if self.node_pid:
             self.node_cpu = cpu_seconds(self.node_pid) - self._n
+            after = thread_cpu_seconds(self.node_pid)
+            self.node_threads = {name: cpu - self._threads.get(name, 0.0) for name, cpu in after.items()}
 
 
 def unique_url(u: int, hosts: int) -> str:
@@ -428,12 +454,23 @@ def _run_threads(n: int, target: Callable[[int], None]) -> None:
         raise errors[0]
 
 
-def grpc_discover(node: NodeProcess, urls: list[str], w: Workload) -> dict[str, Any]:
-    """Stream the workload through Discover on `grpc_streams` threads; links/s over the whole stream."""
-    payloads = [
+def discover_payloads(urls: list[str], w: Workload) -> list[bytes]:
+    """The workload's Discover requests, serialized (before any clock starts)."""
+    return [
         pb.DiscoverRequest(links=[pb.Link(observed=u) for u in b], worker_id="bench").SerializeToString()
         for b in batches(urls, w.batch)
     ]
+
+
+def _per_unit_us(seconds: dict[str, float], units: int) -> dict[str, float]:
+    """CPU microseconds per unit of work of each thread, largest first (threads that spent almost none left out)."""
+    ranked = sorted(seconds.items(), key=lambda kv: -kv[1]) if units else []
+    return {name: 1e6 * cpu / units for name, cpu in ranked if 1e6 * cpu / units >= 0.05}
+
+
+def grpc_discover(node: NodeProcess, urls: list[str], w: Workload) -> dict[str, Any]:
+    """Stream the workload through Discover on `grpc_streams` threads; links/s over the whole stream."""
+    payloads = discover_payloads(urls, w)
     call = node.channel.unary_unary(
         _DISCOVER_METHOD, request_serializer=None, response_deserializer=pb.DiscoverResponse.FromString
     )
@@ -455,6 +492,7 @@ def grpc_discover(node: NodeProcess, urls: list[str], w: Workload) -> dict[str, 
         "links_per_node_cpu_s": len(urls) / sw.node_cpu,
         "node_cores_busy": sw.node_cpu / sw.wall,
         "client_cores_busy": sw.cpu / sw.wall,
+        "node_thread_us_per_link": _per_unit_us(sw.node_threads, len(urls)),
         "admitted": total[pb.ADMITTED],
         "duplicate": total[pb.DUPLICATE],
         "other": sum(total.values()) - total[pb.ADMITTED] - total[pb.DUPLICATE],
@@ -535,6 +573,7 @@ def grpc_lease_complete(node: NodeProcess, w: Workload, seq: Iterator[int], befo
         "urls_per_node_cpu_s": done[0] / sw.node_cpu,
         "node_cores_busy": sw.node_cpu / sw.wall,
         "client_cores_busy": sw.cpu / sw.wall,
+        "node_thread_us_per_url": _per_unit_us(sw.node_threads, done[0]),
         "hosts_ready_at_start": ready,
         "robots_completed_untimed": robots_done,
         "pages_completed_untimed": pages_before,
@@ -730,6 +769,7 @@ def run(w: Workload, pw: PeerWorkload, profile_dir: Path | None = None) -> dict[
         batched_store.close()
         del frontier
         peer = peer_figures(pw, Path(tmp))
+    transport = grpc_floor.floor(discover_payloads(urls, w), w.batch, w.grpc_streams)
     gc.collect()
     ram = ram_figures(w)
 
@@ -739,6 +779,11 @@ def run(w: Workload, pw: PeerWorkload, profile_dir: Path | None = None) -> dict[
         discover_admitted_urls_grpc=disc["admitted"],
         discover_duplicates_grpc=disc["duplicate"],
         discover_node_cores_busy=disc["node_cores_busy"],
+        discover_node_thread_us_per_link=disc["node_thread_us_per_link"],
+        lease_complete_node_thread_us_per_url=lc["node_thread_us_per_url"],
+        grpc_floor_links_per_s=transport["links_per_s"],
+        grpc_floor_links_per_server_cpu_s=transport["links_per_server_cpu_s"],
+        grpc_floor_server_cpu_us_per_call=transport["server_cpu_us_per_call"],
         lease_complete_urls_per_s_grpc=lc["urls_per_s"],
         lease_complete_urls_per_node_cpu_s_grpc=lc["urls_per_node_cpu_s"],
         lease_complete_urls_grpc=lc["urls"],
@@ -788,6 +833,7 @@ _ROWS: tuple[tuple[str, str, str, str], ...] = (
     ("discover_links_per_s_grpc", "Discover through gRPC, journal on", "links/s", "discover_links_per_node_cpu_s_grpc"),
     ("lease_complete_urls_per_s_grpc", "Lease+Complete through gRPC", "URLs/s",
      "lease_complete_urls_per_node_cpu_s_grpc"),
+    ("grpc_floor_links_per_s", "gRPC alone: Discover, prebuilt reply", "links/s", "grpc_floor_links_per_server_cpu_s"),
     ("discover_links_per_s_core_sqlite", "Discover, core in process, SQLite", "links/s",
      "discover_links_per_cpu_s_core_sqlite"),
     ("discover_links_per_s_core_memory", "Discover, core in process, memory", "links/s",
@@ -831,6 +877,7 @@ def table(f: dict[str, Any]) -> str:
         f"({w['unique_urls']:,} distinct, {w['duplicates']:,} duplicates; {w['duplicate_spellings']})",
         f"  node: {w['node']}",
         f"  Discover client: {w['discover_client']}",
+        f"  gRPC alone: {w['grpc_floor']}, {f['grpc_floor_server_cpu_us_per_call']:,.0f} us of server CPU a call",
         f"  Lease+Complete client: {w['lease_client']}; {f['lease_complete_urls_grpc']:,} pages timed, "
         f"{f['lease_complete_hosts_ready']:,} hosts ready at the start",
         f"  core: {w['core']}; '1 flush/batch' commits once per Lease batch of completions",
@@ -852,6 +899,16 @@ def table(f: dict[str, Any]) -> str:
         f"duplicates; node busy {f['discover_node_cores_busy']:.2f} cores during Discover, "
         f"{f['lease_complete_node_cores_busy']:.2f} during Lease+Complete)"
     )
+    threads = [
+        f"{label}: " + ", ".join(f"{name} {us:.1f}" for name, us in f[key].items())
+        for key, label in (
+            ("discover_node_thread_us_per_link", "Discover (per link)"),
+            ("lease_complete_node_thread_us_per_url", "Lease+Complete (per URL)"),
+        )
+        if f.get(key)
+    ]
+    if threads:
+        lines.append("node CPU us by thread through gRPC (one GIL: they add up, not overlap): " + "; ".join(threads))
     for name, prof in f.get("profiles", {}).items():
         lines += ["", f"profile of the node during {name} (py-spy --gil, self time):"]
         lines += [f"  {share:5.1f}%  {frame}" for frame, share in prof["self"]]

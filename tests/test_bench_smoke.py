@@ -11,6 +11,8 @@ FIGURES = (
     "discover_admitted_urls_grpc",
     "lease_complete_urls_per_s_grpc",
     "lease_complete_urls_grpc",
+    "grpc_floor_links_per_s",
+    "grpc_floor_links_per_server_cpu_s",
     "discover_links_per_s_core_sqlite",
     "discover_links_per_s_core_memory",
     "lease_complete_urls_per_s_core",
