@@ -7,7 +7,8 @@
    two thirds of them duplicates, half of those spelled differently (upper-case scheme and host, `:80`,
    `utm_source`, a fragment) so dedup has to happen on the normalized fetch key.
 2. Lease+Complete URLs/s through gRPC with 10k ready hosts: robots items first (leased, completed 404, not
-   timed), then Lease(max_items=256) and one CompleteBatch per lease, as a busy worker coalesces them.
+   timed), then Lease(max_items=256) and one CompleteBatch per lease, as a busy worker coalesces them; and, on a
+   fresh node, each CompleteBatch asking for the next lease in its reply, as a fetch worker's completions do.
 3. The same two figures for the core in process (Frontier on SqliteStore, flushing after every call as the
    gRPC shell does; and Frontier on MemoryStore), no gRPC; and Lease+Complete with one commit per Lease batch
    of completions, the ceiling a batched Complete RPC would lift the gRPC figure towards.
@@ -80,6 +81,7 @@ _DISCOVER_METHOD = "/hostring.v1.Frontier/Discover"
 TARGETS: dict[str, str] = {
     "discover_links_per_s_grpc": ">= 60,000",
     "lease_complete_urls_per_s_grpc": ">= 20,000",
+    "lease_complete_reply_urls_per_s_grpc": ">= 20,000",
     "ram_bytes_per_url": "< 150",
     "seen_bytes_per_url": "< 16",
     "peer_discover_links_per_s": ">= 60,000",
@@ -120,6 +122,10 @@ class Workload:
             "--delay 0, one Python process; client in this process",
             discover_client=f"{self.grpc_streams} client threads, each one Discover in flight, requests "
             "serialized before the clock starts",
+            lease_reply_client=f"the same pages on a fresh node (the same links admitted, robots settled, untimed); "
+            f"each of {self.grpc_streams} client threads takes one Lease(max_items={self.lease_batch}), then sends "
+            f"each lease's CompleteBatch with lease_max_items={self.lease_batch}: its reply carries the next lease, "
+            "as a fetch worker's completions ask for theirs (one call and one commit per batch)",
             grpc_floor="bench/grpc_floor.py: a grpc.aio server that decodes each of the same Discover requests and "
             "answers a reply of the node's shape built beforehand (the transport's ceiling); same client",
             lease_client=f"{self.grpc_streams} client threads, each Lease(max_items={self.lease_batch}) then one "
@@ -537,9 +543,13 @@ def grpc_robots_first(node: NodeProcess, hosts: int, w: Workload, seq: Iterator[
     return robots_done, pages_before
 
 
-def grpc_lease_complete(node: NodeProcess, w: Workload, seq: Iterator[int], before: tuple[int, int]) -> dict[str, Any]:
+def grpc_lease_complete(
+    node: NodeProcess, w: Workload, seq: Iterator[int], before: tuple[int, int], *, in_reply: bool = False
+) -> dict[str, Any]:
     """Lease(max_items) + one CompleteBatch of the lease on each stream until `lease_pages` pages are done (after
-    `grpc_robots_first`, whose counts are `before`)."""
+    `grpc_robots_first`, whose counts are `before`). With `in_reply`, each CompleteBatch asks for the next lease
+    (lease_max_items) and its reply carries it, as a fetch worker's completions do: after a stream's first Lease,
+    one call and one commit per batch instead of two."""
     stub = node.stub
     robots_done, pages_before = before
     ready = stub.Stats(pb.StatsRequest(), timeout=RPC_TIMEOUT_S).hosts_ready
@@ -549,20 +559,30 @@ def grpc_lease_complete(node: NodeProcess, w: Workload, seq: Iterator[int], befo
 
     def stream(i: int) -> None:
         worker = f"bench-{i}"
+        items: Sequence[pb.LeaseItem] = ()
         while True:
             with lock:
-                if done[0] >= w.lease_pages:
-                    return
-            items = stub.Lease(pb.LeaseRequest(worker_id=worker, max_items=w.lease_batch), timeout=RPC_TIMEOUT_S).items
+                more = done[0] < w.lease_pages
             if not items:
-                return
-            batch = pb.CompleteBatchRequest(completions=[_complete_request(it, next(seq), worker) for it in items])
-            results = stub.CompleteBatch(batch, timeout=RPC_TIMEOUT_S).results
-            for it, r in zip(items, results, strict=True):
+                if not more:
+                    return
+                items = stub.Lease(
+                    pb.LeaseRequest(worker_id=worker, max_items=w.lease_batch), timeout=RPC_TIMEOUT_S
+                ).items
+                if not items:
+                    return
+            batch = pb.CompleteBatchRequest(
+                completions=[_complete_request(it, next(seq), worker) for it in items],
+                worker_id=worker,
+                lease_max_items=w.lease_batch if in_reply and more else 0,
+            )
+            resp = stub.CompleteBatch(batch, timeout=RPC_TIMEOUT_S)
+            for it, r in zip(items, resp.results, strict=True):
                 if not r.accepted:
                     raise RuntimeError(f"Complete of {it.fetch_key} refused")
             with lock:
                 done[0] += len(items)
+            items = resp.leases
 
     with Stopwatch(node.proc.pid) as sw:
         _run_threads(w.grpc_streams, stream)
@@ -757,6 +777,13 @@ def run(w: Workload, pw: PeerWorkload, profile_dir: Path | None = None) -> dict[
                 lc = grpc_lease_complete(node, w, seq, before)
         finally:
             node.stop()
+        node = NodeProcess(Path(tmp) / "node-reply.sqlite3", Path(tmp) / "node-reply.log", w.revisit)
+        try:
+            grpc_discover(node, urls, w)  # the same links on a fresh node, untimed this time
+            before = grpc_robots_first(node, hosts, w, seq)
+            lc_reply = grpc_lease_complete(node, w, seq, before, in_reply=True)
+        finally:
+            node.stop()
         core: dict[str, dict[str, Any]] = {}
         for name, store in (("sqlite", SqliteStore(Path(tmp) / "core.sqlite3")), ("memory", MemoryStore())):
             frontier, core[f"discover_{name}"] = core_discover(store, urls, w)
@@ -789,6 +816,9 @@ def run(w: Workload, pw: PeerWorkload, profile_dir: Path | None = None) -> dict[
         lease_complete_urls_grpc=lc["urls"],
         lease_complete_hosts_ready=lc["hosts_ready_at_start"],
         lease_complete_node_cores_busy=lc["node_cores_busy"],
+        lease_complete_reply_urls_per_s_grpc=lc_reply["urls_per_s"],
+        lease_complete_reply_urls_per_node_cpu_s_grpc=lc_reply["urls_per_node_cpu_s"],
+        lease_complete_reply_node_thread_us_per_url=lc_reply["node_thread_us_per_url"],
         discover_links_per_s_core_sqlite=core["discover_sqlite"]["links_per_s"],
         discover_links_per_cpu_s_core_sqlite=core["discover_sqlite"]["links_per_cpu_s"],
         discover_links_per_s_core_memory=core["discover_memory"]["links_per_s"],
@@ -833,6 +863,8 @@ _ROWS: tuple[tuple[str, str, str, str], ...] = (
     ("discover_links_per_s_grpc", "Discover through gRPC, journal on", "links/s", "discover_links_per_node_cpu_s_grpc"),
     ("lease_complete_urls_per_s_grpc", "Lease+Complete through gRPC", "URLs/s",
      "lease_complete_urls_per_node_cpu_s_grpc"),
+    ("lease_complete_reply_urls_per_s_grpc", "Lease+Complete through gRPC, lease in reply", "URLs/s",
+     "lease_complete_reply_urls_per_node_cpu_s_grpc"),
     ("grpc_floor_links_per_s", "gRPC alone: Discover, prebuilt reply", "links/s", "grpc_floor_links_per_server_cpu_s"),
     ("discover_links_per_s_core_sqlite", "Discover, core in process, SQLite", "links/s",
      "discover_links_per_cpu_s_core_sqlite"),
@@ -880,6 +912,7 @@ def table(f: dict[str, Any]) -> str:
         f"  gRPC alone: {w['grpc_floor']}, {f['grpc_floor_server_cpu_us_per_call']:,.0f} us of server CPU a call",
         f"  Lease+Complete client: {w['lease_client']}; {f['lease_complete_urls_grpc']:,} pages timed, "
         f"{f['lease_complete_hosts_ready']:,} hosts ready at the start",
+        f"  Lease+Complete, lease in reply: {w['lease_reply_client']}",
         f"  core: {w['core']}; '1 flush/batch' commits once per Lease batch of completions",
         f"  revisits: {w['revisit']}",
         f"  issue workload: {w['peer']}; {f['peer_admitted_urls']:,} admitted, {f['peer_drained_urls']:,} drained",
@@ -904,6 +937,7 @@ def table(f: dict[str, Any]) -> str:
         for key, label in (
             ("discover_node_thread_us_per_link", "Discover (per link)"),
             ("lease_complete_node_thread_us_per_url", "Lease+Complete (per URL)"),
+            ("lease_complete_reply_node_thread_us_per_url", "lease in reply (per URL)"),
         )
         if f.get(key)
     ]

@@ -11,6 +11,7 @@ FIGURES = (
     "discover_admitted_urls_grpc",
     "lease_complete_urls_per_s_grpc",
     "lease_complete_urls_grpc",
+    "lease_complete_reply_urls_per_s_grpc",
     "grpc_floor_links_per_s",
     "grpc_floor_links_per_server_cpu_s",
     "discover_links_per_s_core_sqlite",
