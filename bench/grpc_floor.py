@@ -3,24 +3,22 @@
 A node's Discover figure includes its transport. This server does what a node's shell does with a call except the
 work: the same method and message limits, the request decoded into a DiscoverRequest, and a reply of the node's
 shape (one verdict per link, with its fetch key and domain) sent, but built once beforehand. Its rate is the
-ceiling gRPC and protobuf set for a node on this machine, the figure a node's rate is read against.
+ceiling gRPC and protobuf set for a node on this machine, the figure a node's rate is read against. bench.node
+drives it (`serving`) with the client it drives a node with.
 
-    python -m bench.grpc_floor --serve LINKS    # the server (prints "listening on port N"); bench.node starts it
+    python -m bench.grpc_floor --serve LINKS    # the server (prints "listening on port N")
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import itertools
-import os
 import re
 import select
 import subprocess
 import sys
-import threading
-import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -66,15 +64,10 @@ async def _serve(links: int) -> None:
     await server.wait_for_termination()
 
 
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of process `pid` (all its threads), from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def floor(payloads: Sequence[bytes], links: int, streams: int) -> dict[str, float]:
-    """Send every payload (a serialized DiscoverRequest of `links` links) to a fresh floor server on `streams` threads,
-    one call in flight each; calls/s, links/s and the server's CPU per call and per link."""
+@contextmanager
+def serving(links: int) -> Iterator[tuple[grpc.Channel, int]]:
+    """A floor server answering replies of `links` verdicts, in a subprocess: a connected, warmed-up channel to it
+    and its pid (for its CPU time); stopped on the way out."""
     cmd = [sys.executable, "-m", "bench.grpc_floor", "--serve", str(links)]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE)
     try:
@@ -84,32 +77,13 @@ def floor(payloads: Sequence[bytes], links: int, streams: int) -> dict[str, floa
         if m is None:
             raise RuntimeError("the gRPC floor server did not start")
         with grpc.insecure_channel(f"127.0.0.1:{m.group(1)}", options=grpc_options()) as channel:
-            call = channel.unary_unary(
-                _METHOD, request_serializer=None, response_deserializer=pb.DiscoverResponse.FromString
-            )
-            call(payloads[0], timeout=STARTUP_TIMEOUT_S)  # connected and warm before the clock starts
-            counter = itertools.count()
-
-            def stream() -> None:
-                while (n := next(counter)) < len(payloads):
-                    call(payloads[n], timeout=STARTUP_TIMEOUT_S)
-
-            threads = [threading.Thread(target=stream) for _ in range(streams)]
-            cpu0, t0 = _cpu_seconds(proc.pid), time.perf_counter()
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            wall, cpu = time.perf_counter() - t0, _cpu_seconds(proc.pid) - cpu0
+            warm_up = pb.DiscoverRequest(links=[pb.Link(observed="http://warm.example/")]).SerializeToString()
+            channel.unary_unary(_METHOD, request_serializer=None, response_deserializer=None)(
+                warm_up, timeout=STARTUP_TIMEOUT_S
+            )  # connected before any clock starts
+            yield channel, proc.pid
     finally:
         stop_process(proc)
-    calls = len(payloads)
-    return {
-        "calls_per_s": calls / wall,
-        "links_per_s": calls * links / wall,
-        "server_cpu_us_per_call": 1e6 * cpu / calls,
-        "links_per_server_cpu_s": calls * links / cpu if cpu > 0 else float("inf"),
-    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:

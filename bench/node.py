@@ -476,12 +476,19 @@ def _per_unit_us(seconds: dict[str, float], units: int) -> dict[str, float]:
 
 def grpc_discover(node: NodeProcess, urls: list[str], w: Workload) -> dict[str, Any]:
     """Stream the workload through Discover on `grpc_streams` threads; links/s over the whole stream."""
-    payloads = discover_payloads(urls, w)
-    call = node.channel.unary_unary(
+    return discover_through(node.channel, node.proc.pid, discover_payloads(urls, w), len(urls), w.grpc_streams)
+
+
+def discover_through(
+    channel: grpc.Channel, server_pid: int, payloads: Sequence[bytes], links: int, streams: int
+) -> dict[str, Any]:
+    """Send every payload (a serialized DiscoverRequest; `links` in all) to Discover on `channel` from `streams`
+    threads, one call in flight each; rates over the whole stream and the server process's CPU."""
+    call = channel.unary_unary(
         _DISCOVER_METHOD, request_serializer=None, response_deserializer=pb.DiscoverResponse.FromString
     )
     counter = itertools.count()
-    tallies: list[Counter[int]] = [Counter() for _ in range(w.grpc_streams)]
+    tallies: list[Counter[int]] = [Counter() for _ in range(streams)]
 
     def stream(i: int) -> None:
         tally = tallies[i]
@@ -489,16 +496,17 @@ def grpc_discover(node: NodeProcess, urls: list[str], w: Workload) -> dict[str, 
             resp = call(payloads[n], timeout=RPC_TIMEOUT_S)
             tally.update(v.verdict for v in resp.verdicts)
 
-    with Stopwatch(node.proc.pid) as sw:
-        _run_threads(w.grpc_streams, stream)
+    with Stopwatch(server_pid) as sw:
+        _run_threads(streams, stream)
     total: Counter[int] = sum(tallies, Counter())
     return {
         "seconds": sw.wall,
-        "links_per_s": len(urls) / sw.wall,
-        "links_per_node_cpu_s": len(urls) / sw.node_cpu,
+        "links_per_s": links / sw.wall,
+        "links_per_node_cpu_s": links / sw.node_cpu,
+        "node_cpu_us_per_call": 1e6 * sw.node_cpu / len(payloads),
         "node_cores_busy": sw.node_cpu / sw.wall,
         "client_cores_busy": sw.cpu / sw.wall,
-        "node_thread_us_per_link": _per_unit_us(sw.node_threads, len(urls)),
+        "node_thread_us_per_link": _per_unit_us(sw.node_threads, links),
         "admitted": total[pb.ADMITTED],
         "duplicate": total[pb.DUPLICATE],
         "other": sum(total.values()) - total[pb.ADMITTED] - total[pb.DUPLICATE],
@@ -796,7 +804,8 @@ def run(w: Workload, pw: PeerWorkload, profile_dir: Path | None = None) -> dict[
         batched_store.close()
         del frontier
         peer = peer_figures(pw, Path(tmp))
-    transport = grpc_floor.floor(discover_payloads(urls, w), w.batch, w.grpc_streams)
+    with grpc_floor.serving(w.batch) as (channel, server_pid):
+        transport = discover_through(channel, server_pid, discover_payloads(urls, w), len(urls), w.grpc_streams)
     gc.collect()
     ram = ram_figures(w)
 
@@ -809,8 +818,8 @@ def run(w: Workload, pw: PeerWorkload, profile_dir: Path | None = None) -> dict[
         discover_node_thread_us_per_link=disc["node_thread_us_per_link"],
         lease_complete_node_thread_us_per_url=lc["node_thread_us_per_url"],
         grpc_floor_links_per_s=transport["links_per_s"],
-        grpc_floor_links_per_server_cpu_s=transport["links_per_server_cpu_s"],
-        grpc_floor_server_cpu_us_per_call=transport["server_cpu_us_per_call"],
+        grpc_floor_links_per_server_cpu_s=transport["links_per_node_cpu_s"],
+        grpc_floor_server_cpu_us_per_call=transport["node_cpu_us_per_call"],
         lease_complete_urls_per_s_grpc=lc["urls_per_s"],
         lease_complete_urls_per_node_cpu_s_grpc=lc["urls_per_node_cpu_s"],
         lease_complete_urls_grpc=lc["urls"],
