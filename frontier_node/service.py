@@ -141,13 +141,13 @@ class FrontierService:
         except validate.Refused as e:
             await _abort(context, e.code, e.reason)
 
-    async def _prepare_robots(self, request: Any, completions: Iterable[Any], context: Context) -> None:
+    async def _prepare_robots(self, size: int, completions: Iterable[Any], context: Context) -> None:
         """Parse the big robots.txt bodies among `completions` on a worker thread before the core settles them (see
         robots.prepare): a hostile 500 KB file takes about a second, which on the core thread every call would wait
-        out. Only a request bigger than the threshold is looked through, and only the bodies of robots leases their
-        sender holds are parsed (asked of the core first): a forged completion gets no parse the core would not
-        have made."""
-        if request.ByteSize() <= _PREPARE_ROBOTS_BYTES:
+        out. Only a request bigger than the threshold (`size`: its ByteSize) is looked through, and only the bodies
+        of robots leases their sender holds are parsed (asked of the core first): a forged completion gets no parse
+        the core would not have made."""
+        if size <= _PREPARE_ROBOTS_BYTES:
             return
         # (completion, its body): reading robots_body copies the bytes out of the message, once here
         big = [
@@ -164,12 +164,12 @@ class FrontierService:
             if holds:
                 await asyncio.to_thread(robots.prepare, body, self._robots_token)
 
-    async def _reply_room(self, request: Any, completions: int, context: Context) -> None:
+    async def _reply_room(self, request: Any, size: int, completions: int, context: Context) -> None:
         """Without an outbox, forwarded links ride in the reply: refuse, before any work, a request whose reply could
-        outgrow the message limit (the reply's links are a subset of the request's)."""
+        outgrow the message limit (the reply's links are a subset of the request's; `size` is its ByteSize)."""
         if self.outbox is not None:
             return
-        bound = request.ByteSize() + _PER_COMPLETION_REPLY * completions + _REPLY_SLACK
+        bound = size + _PER_COMPLETION_REPLY * completions + _REPLY_SLACK
         if bound > MAX_MESSAGE_BYTES:
             await _abort(
                 context,
@@ -217,8 +217,9 @@ class FrontierService:
 
     async def Complete(self, request: pb.CompleteRequest, context: Context) -> pb.CompleteResponse:
         await self._check(request, context)
-        await self._reply_room(request, 1, context)
-        await self._prepare_robots(request, [request], context)
+        size = request.ByteSize()
+        await self._reply_room(request, size, 1, context)
+        await self._prepare_robots(size, [request], context)
         (settled,) = await self._run(Complete([request], self.outbox), context)
         if settled.wrong_owner:
             await _abort(
@@ -231,17 +232,18 @@ class FrontierService:
         return _complete_response(settled)
 
     async def CompleteBatch(self, request: pb.CompleteBatchRequest, context: Context) -> pb.CompleteBatchResponse:
+        size = request.ByteSize()  # one walk of the message for the three thresholds below
         try:
-            if request.ByteSize() > _CHECK_ON_LOOP_BYTES:
+            if size > _CHECK_ON_LOOP_BYTES:
                 refused = await asyncio.to_thread(validate.check_batch, request)
             else:
                 refused = validate.check_batch(request)
         except validate.Refused as e:
             await _abort(context, e.code, e.reason)
-        await self._reply_room(request, len(request.completions), context)
+        await self._reply_room(request, size, len(request.completions), context)
         # Nothing refused (the common case): the repeated field itself, no copy of the list.
         good = [c for i, c in enumerate(request.completions) if i not in refused] if refused else request.completions
-        await self._prepare_robots(request, good, context)
+        await self._prepare_robots(size, good, context)
         want = (request.worker_id, request.lease_max_items) if request.lease_max_items else None
         # A batch that may wait for its leases parks a Lease queued right behind the completions: both run in the
         # same core batch (one wake-up), and the Lease, served after the completions, sees the hosts they released.
