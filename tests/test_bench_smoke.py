@@ -90,8 +90,10 @@ CLUSTER_PER_URL = ("node_cpu_ms", "cpu_ms", "redis_cpu_ms", "redis_round_trips",
 CLUSTER_TARGETS = (
     "sqlite_over_redis_discover",
     "sqlite_over_redis_lease_complete",
+    "sqlite_over_redis_lease_complete_reply",
     "cpu_3_over_1_discover",
     "cpu_3_over_1_lease_complete",
+    "cpu_3_over_1_lease_complete_reply",
     "max_round_trips_per_url",
 )
 
@@ -100,23 +102,27 @@ CLUSTER_TARGETS = (
 @pytest.mark.timeout(150)
 def test_quick_cluster_bench_prints_every_figure() -> None:
     """`python -m bench.cluster --quick --no-membership --json`: 1, 2 and 3 nodes on one Redis and one SQLite node
-    each admit every link and lease+complete every page, with their per-URL costs, Redis's included."""
+    each admit every link and lease+complete every page (a Lease per batch, then the lease in the CompleteBatch
+    reply), with their per-URL costs, Redis's included."""
     figures = run_quick("bench.cluster", 120, "--no-membership")
     links = figures["workload"]["links"]
     assert set(figures["throughput"]) == {"1", "2", "3"}
     for nodes, run in figures["throughput"].items():
-        discover, lease = run["discover"], run["lease_complete"]
+        discover, lease, reply = run["discover"], run["lease_complete"], run["lease_complete_reply"]
         assert discover["admitted"] == links and discover["wrong_owner"] == 0, nodes
-        assert lease["urls"] > 0 and lease["refused"] == 0, nodes
+        pages = figures["workload"]["lease_pages"]
+        for phase in (lease, reply):  # each phase goes on to the end of its last batches: at least its pages
+            assert phase["urls"] >= pages and phase["refused"] == 0, nodes
+            assert_positive(phase, ["urls_per_s", "urls_per_node_cpu_s"], f"{nodes} nodes")
         assert_positive(discover, ["admitted_per_s", "admitted_per_node_cpu_s"], f"{nodes} nodes")
-        assert_positive(lease, ["urls_per_s", "urls_per_node_cpu_s"], f"{nodes} nodes")
-        for phase in (discover, lease):
+        for phase in (discover, lease, reply):
             assert_positive(phase["per_url"], CLUSTER_PER_URL, f"{nodes} nodes")
             assert phase["redis"]["commands"] >= phase["redis"]["script_calls"] > 0, nodes
         assert set(run["discover"]["links_per_node"]) == {f"n{i}" for i in range(1, int(nodes) + 1)}
     sqlite = figures["sqlite"]
     assert sqlite["discover"]["admitted"] == links and sqlite["discover"]["per_url"]["redis_commands"] == 0
     assert_positive(sqlite["lease_complete"], ["urls_per_s"], "sqlite")
+    assert sqlite["lease_complete_reply"]["urls"] >= figures["workload"]["lease_pages"]
     assert figures["machine"]["cores"] >= 1
     # the figures the issue sets targets for, from the same run
     targets = figures["targets"]
@@ -124,6 +130,9 @@ def test_quick_cluster_bench_prints_every_figure() -> None:
     one = figures["throughput"]["1"]
     assert targets["sqlite_over_redis_lease_complete"] == pytest.approx(
         sqlite["lease_complete"]["urls_per_s"] / one["lease_complete"]["urls_per_s"]
+    )
+    assert targets["sqlite_over_redis_lease_complete_reply"] == pytest.approx(
+        sqlite["lease_complete_reply"]["urls_per_s"] / one["lease_complete_reply"]["urls_per_s"]
     )
     assert targets["cpu_3_over_1_discover"] == pytest.approx(
         figures["throughput"]["3"]["discover"]["per_url"]["cpu_ms"] / one["discover"]["per_url"]["cpu_ms"]
