@@ -42,7 +42,6 @@ import argparse
 import contextlib
 import itertools
 import json
-import os
 import re
 import shutil
 import signal
@@ -59,7 +58,7 @@ from typing import Any
 import grpc
 import redis
 
-from bench.node import NodeProcess, cpu_seconds, machine, machine_line
+from bench.node import NodeProcess, cpu_seconds, end_of_run, machine, machine_line
 from frontier_node.store.redis import RedisStore
 from hostring.limits import grpc_options
 from hostring.ring import Ring
@@ -582,7 +581,7 @@ def run(w: Workload, membership: bool = True) -> dict[str, Any]:
             figures["membership"] = membership_figures(mdir, srv, w)
         figures["throughput"] = throughput_figures(Path(tmp), srv, w)
         figures["sqlite"] = sqlite_figures(Path(tmp), w)
-    figures["machine"]["loadavg_end"] = list(os.getloadavg())
+    end_of_run(figures["machine"])
     return figures
 
 

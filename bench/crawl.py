@@ -48,7 +48,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.node import machine, machine_line, profile_summary
+from bench.node import end_of_run, machine, machine_line, profile_summary
 from hostring_cli.args import positive_int
 from hostring_testing import (
     LinkSpec,
@@ -536,7 +536,7 @@ def run(w: Workload, keep: Path | None = None) -> dict[str, Any]:
     finally:
         if keep is None:
             shutil.rmtree(tmpdir, ignore_errors=True)
-    figures["machine"]["loadavg_end"] = list(os.getloadavg())
+    end_of_run(figures["machine"])
     figures["pages_per_s"] = figures["throughput"]["pages_per_s"]
     figures["cpu_ms_per_page"] = figures["throughput"]["cpu_ms_per_page"]
     figures["politeness_makespan_s"] = figures["politeness"]["makespan_s"]

@@ -178,19 +178,37 @@ QUICK_PEER = PeerWorkload(hosts=50, links=3_000)
 
 # ====================================================================== machine and workload
 
+SPEED_DRIFT = 0.15
+"""The reference loop moving more than this between a run's start and end is pointed out beside the figures."""
+
 
 def machine_line(m: dict[str, Any], *, sqlite: bool) -> str:
     """The machine as one line of a bench's table (`machine()`'s figures, the SQLite version when it matters)."""
     load = ", ".join(f"{x:.1f}" for x in m["loadavg_start"])
     end = f", {m['loadavg_end'][0]:.1f} at the end" if "loadavg_end" in m else ""
+    loop_end = ""
+    if "reference_loop_ns_end" in m:
+        drift = m["reference_loop_ns_end"] / m["reference_loop_ns"] - 1
+        loop_end = f" at the start, {m['reference_loop_ns_end']} at the end" + (
+            f" (the machine's speed moved {drift:+.0%} during the run: its figures compare with others' only roughly)"
+            if abs(drift) > SPEED_DRIFT
+            else ""
+        )
     return (
         f"machine: {m['cores']} cores ({m['cores_usable']} usable), {m['cpu_model']}, "
         f"{m['ram_bytes'] / 2**30:.1f} GiB, {m['python_implementation']} {m['python']}, grpcio {m['grpcio']}, "
         + (f"SQLite {m['sqlite']}, " if sqlite else "")
         + f"{m['platform']}; load average {load} at the start{end}; reference loop {m['reference_loop_ns']} "
-        f"ns/step (CPU; rates scale with its inverse across machines), {m['reference_loop_busy_ns']} on each CPU "
-        f"when all are busy at once (CPU per unit of work grows as processes overlap); core {m['core_build']}"
+        f"ns/step{loop_end} (CPU; rates scale with its inverse across machines), {m['reference_loop_busy_ns']} on "
+        f"each CPU when all are busy at once (CPU per unit of work grows as processes overlap); core {m['core_build']}"
     )
+
+
+def end_of_run(m: dict[str, Any]) -> None:
+    """Add the load average and the reference loop at the end of a run to `machine()`'s figures `m`: a VM's
+    speed can change by 2x within minutes when its host is busy, and the two readings of the loop show it."""
+    m["loadavg_end"] = list(os.getloadavg())
+    m["reference_loop_ns_end"] = reference_loop_ns()
 
 
 def machine() -> dict[str, Any]:
@@ -857,7 +875,7 @@ def run(w: Workload, pw: PeerWorkload, profile_dir: Path | None = None) -> dict[
     figures["workload"]["peer"] = pw.describe()
     figures["peer"] = peer
     figures["ram"] = ram
-    figures["machine"]["loadavg_end"] = list(os.getloadavg())
+    end_of_run(figures["machine"])
     if profile_dir:
         figures["profiles"] = {
             name: profile_summary(profile_dir / f"{name}.txt")
@@ -900,7 +918,12 @@ def over_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     keys = [k for row in _ROWS for k in (row[0], row[3]) if k]
     out = {**rounds[0], "rounds": {k: [r[k] for r in rounds] for k in keys}}
     out.update({k: statistics.median(out["rounds"][k]) for k in keys})
-    out["machine"] = {**rounds[0]["machine"], "loadavg_end": rounds[-1]["machine"]["loadavg_end"]}
+    last = rounds[-1]["machine"]
+    out["machine"] = {
+        **rounds[0]["machine"],
+        "loadavg_end": last["loadavg_end"],
+        "reference_loop_ns_end": last["reference_loop_ns_end"],
+    }
     return out
 
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import random
 import statistics
 import sys
@@ -40,7 +39,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from bench.node import Stopwatch, machine, machine_line
+from bench.node import Stopwatch, end_of_run, machine, machine_line
 from frontier_node.core.config import FrontierConfig, PolitenessConfig, RevisitConfig
 from frontier_node.core.frontier import Frontier
 from frontier_node.core.ports import Store
@@ -372,7 +371,7 @@ def run(w: Workload) -> dict[str, Any]:
         revisits_per_cpu_s_core_sqlite=sqlite["revisits_per_cpu_s"],
         rate_revisits=memory["revisits"],
     )
-    figures["machine"]["loadavg_end"] = list(os.getloadavg())
+    end_of_run(figures["machine"])
     return figures
 
 

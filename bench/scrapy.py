@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from bench.crawl import NavWebSpec, WebProcess, coverage, politeness
-from bench.node import machine, machine_line
+from bench.node import end_of_run, machine, machine_line
 from hostring_testing import oracle_for
 
 REPO = Path(__file__).resolve().parent.parent
@@ -262,7 +262,7 @@ def run(w: Workload, keep: Path | None = None, rounds: int = 1) -> dict[str, Any
     finally:
         if keep is None:
             shutil.rmtree(tmp, ignore_errors=True)
-    figures["machine"]["loadavg_end"] = list(os.getloadavg())
+    end_of_run(figures["machine"])
     for name, _, _ in _RUNS:
         ranked = sorted((r[name] for r in by_round), key=lambda f: f["cpu_ms_per_page_steady"])
         figures[name] = ranked[(len(ranked) - 1) // 2]

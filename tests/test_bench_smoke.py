@@ -60,6 +60,7 @@ def test_quick_crawl_bench_prints_every_figure() -> None:
     assert_positive(figures, CRAWL_FIGURES)
     assert figures["machine"]["cores"] >= 1 and figures["machine"]["cpu_model"] is not None
     assert len(figures["machine"]["loadavg_start"]) == 3 and len(figures["machine"]["loadavg_end"]) == 3
+    assert figures["machine"]["reference_loop_ns_end"] > 0 and figures["machine"]["reference_loop_ns"] > 0
     for run in ("throughput", "politeness"):
         assert figures[run]["pages"] > 0 and figures[run]["cpu_s_rusage"] > 0, run
         assert figures[run]["coverage"]["expected_pages"] > 0, run
@@ -140,6 +141,22 @@ def test_quick_cluster_bench_prints_every_figure() -> None:
     assert figures["rounds"] == [targets]
 
 
+def test_machine_line_points_out_a_speed_change_during_the_run() -> None:
+    """The machine line gives the reference loop at the start and the end of a run, and says so when the machine's
+    speed moved by more than SPEED_DRIFT in between (a VM on a busy host: figures then compare only roughly)."""
+    from bench.node import SPEED_DRIFT, machine_line
+
+    m = {"cores": 2, "cores_usable": 2, "cpu_model": "cpu", "ram_bytes": 2**30, "python_implementation": "CPython",
+         "python": "3.11", "grpcio": "1", "platform": "linux", "loadavg_start": [0.0] * 3, "loadavg_end": [1.0] * 3,
+         "reference_loop_ns": 200.0, "reference_loop_busy_ns": 210.0, "core_build": "from source"}  # fmt: skip
+    steady = machine_line({**m, "reference_loop_ns_end": 200.0 * (1 + SPEED_DRIFT / 2)}, sqlite=False)
+    assert "reference loop 200.0 ns/step at the start, 215.0 at the end (CPU;" in steady
+    slowed = machine_line({**m, "reference_loop_ns_end": 400.0}, sqlite=False)
+    assert "400.0 at the end (the machine's speed moved +100% during the run" in slowed
+    unread = machine_line(m, sqlite=False)  # figures of a run that did not read it at the end
+    assert "reference loop 200.0 ns/step (CPU;" in unread and unread.endswith("core from source")
+
+
 def test_rounds_report_each_figures_median_and_every_value() -> None:
     """`bench.node --rounds N`: each figure of the table is its median over the rounds (figure by figure, not one
     round's), and every round's value is kept for the table's range column."""
@@ -150,12 +167,13 @@ def test_rounds_report_each_figures_median_and_every_value() -> None:
     for n, scale in enumerate((3.0, 1.0, 2.0)):
         figures: dict[str, object] = {k: scale * (i + 1) for i, k in enumerate(keys)}
         figures["discover_links_per_s_grpc"] = (10.0, 30.0, 20.0)[n] if n != 1 else 999.0
-        figures["machine"] = {"loadavg_end": [float(n)] * 3}
+        figures["machine"] = {"loadavg_end": [float(n)] * 3, "reference_loop_ns_end": 100.0 + n}
         rounds.append(figures)
     out = over_rounds(rounds)
     assert out["lease_complete_urls_per_s_grpc"] == 2.0 * (keys.index("lease_complete_urls_per_s_grpc") + 1)
     assert out["discover_links_per_s_grpc"] == 20.0
     assert out["rounds"]["discover_links_per_s_grpc"] == [10.0, 999.0, 20.0]
     assert out["machine"]["loadavg_end"] == [2.0] * 3, "the load at the end is the last round's"
+    assert out["machine"]["reference_loop_ns_end"] == 102.0, "so is the reference loop at the end"
     single = over_rounds(rounds[:1])
     assert single["discover_links_per_s_grpc"] == 10.0 and single["rounds"]["discover_links_per_s_grpc"] == [10.0]
