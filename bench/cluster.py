@@ -24,6 +24,9 @@
    - Lease+Complete: the client plays the worker. Robots items are leased and completed 404 first (not timed),
      then Lease(max_items=256) and one CompleteBatch with the lease's items, as a busy worker coalesces them,
      until `lease_pages` pages are done; figure: URLs leased and completed per second.
+   - Lease+Complete, lease in reply: the same on a fresh configuration after the same Discover, except that each
+     CompleteBatch asks for the next lease (lease_max_items=256) and the reply carries it, as fetch workers take
+     theirs: one call and one commit per batch.
    Beside each figure: CPU milliseconds per URL of the node processes and of Redis (INFO cpu, used_cpu_sys +
    used_cpu_user), and Redis round trips, script calls and commands per URL. Round trips are Redis's reply write
    events (INFO stats total_writes_processed: one per request or pipeline answered; the read events are given too,
