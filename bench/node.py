@@ -190,7 +190,8 @@ def machine_line(m: dict[str, Any], *, sqlite: bool) -> str:
     if "reference_loop_ns_end" in m:
         drift = m["reference_loop_ns_end"] / m["reference_loop_ns"] - 1
         loop_end = f" at the start, {m['reference_loop_ns_end']} at the end" + (
-            f" (the machine's speed moved {drift:+.0%} during the run: its figures compare with others' only roughly)"
+            f" (the loop's time changed by {drift:+.0%} during the run: the machine's speed changed, and these figures "
+            "compare with other runs' only roughly)"
             if abs(drift) > SPEED_DRIFT
             else ""
         )
