@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import itertools
 import json
 import re
@@ -61,7 +62,7 @@ from typing import Any, Final
 import grpc
 import redis
 
-from bench.node import NodeProcess, cpu_seconds, end_of_run, machine, machine_line
+from bench.node import NodeProcess, cpu_seconds, end_of_run, machine, machine_line, worker_batches
 from frontier_node.store.redis import RedisStore
 from hostring.limits import grpc_options
 from hostring.ring import Ring
@@ -355,6 +356,10 @@ def _outcome(item: pb.LeaseItem, n: int, worker_id: str) -> pb.CompleteRequest:
     return pb.CompleteRequest(lease_id=item.lease_id, generation=item.generation, outcome=outcome, worker_id=worker_id)
 
 
+def _next_outcome(item: pb.LeaseItem, seq: Iterator[int], worker: str) -> pb.CompleteRequest:
+    return _outcome(item, next(seq), worker)
+
+
 def _complete(stub: pb_grpc.FrontierStub, items: Sequence[pb.LeaseItem], seq: Iterator[int], worker_id: str) -> int:
     """One CompleteBatch of a lease's items, as the worker that leased them; how many were accepted."""
     batch = pb.CompleteBatchRequest(completions=[_outcome(it, next(seq), worker_id) for it in items])
@@ -387,33 +392,22 @@ def lease_complete_all(t: Target, w: Workload, seq: Iterator[int], *, in_reply: 
     done = Counter[str]()
     refused = [0]
     targets: list[Callable[[], None]] = []
+
+    def more() -> bool:
+        with lock:
+            return sum(done.values()) < w.lease_pages
+
     for n in t.addresses:
         stub = t.frontier(n)
         for s in range(w.streams_per_node):
 
             def stream(stub: pb_grpc.FrontierStub = stub, n: str = n, worker: str = f"bench-{n}-{s}") -> None:
-                items: Sequence[pb.LeaseItem] = ()
-                while True:
-                    with lock:
-                        more = sum(done.values()) < w.lease_pages
-                    if not items:
-                        if not more:
-                            return
-                        req = pb.LeaseRequest(worker_id=worker, max_items=w.lease_batch)
-                        items = stub.Lease(req, timeout=RPC_TIMEOUT_S).items
-                        if not items:
-                            return
-                    batch = pb.CompleteBatchRequest(
-                        completions=[_outcome(it, next(seq), worker) for it in items],
-                        worker_id=worker,
-                        lease_max_items=w.lease_batch if in_reply and more else 0,
-                    )
-                    resp = stub.CompleteBatch(batch, timeout=RPC_TIMEOUT_S)
+                build = functools.partial(_next_outcome, seq=seq, worker=worker)
+                for items, resp in worker_batches(stub, worker, w.lease_batch, more, build, in_reply=in_reply):
                     accepted = sum(1 for r in resp.results if r.accepted)
                     with lock:
                         done[n] += accepted
                         refused[0] += len(items) - accepted
-                    items = resp.leases
 
             targets.append(stream)
     with CpuWatch(t.pids, t.redis) as cw:

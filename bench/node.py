@@ -29,6 +29,7 @@ where its Python time goes. No pass/fail: the issue's targets are printed beside
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import itertools
 import json
@@ -570,6 +571,41 @@ def grpc_robots_first(node: NodeProcess, hosts: int, w: Workload, seq: Iterator[
     return robots_done, pages_before
 
 
+def worker_batches(
+    stub: pb_grpc.FrontierStub,
+    worker: str,
+    lease_batch: int,
+    more: Callable[[], bool],
+    build: Callable[[pb.LeaseItem], pb.CompleteRequest],
+    *,
+    in_reply: bool,
+) -> Iterator[tuple[Sequence[pb.LeaseItem], pb.CompleteBatchResponse]]:
+    """One stream playing a fetch worker: Lease(lease_batch) while `more()`, then one CompleteBatch of each lease's
+    items (`build` makes each completion); with `in_reply` each CompleteBatch asks for the next lease, which its
+    reply carries, as long as `more()`. Yields (items, reply) per batch; ends when no lease comes."""
+    items: Sequence[pb.LeaseItem] = ()
+    while True:
+        going = more()
+        if not items:
+            if not going:
+                return
+            items = stub.Lease(pb.LeaseRequest(worker_id=worker, max_items=lease_batch), timeout=RPC_TIMEOUT_S).items
+            if not items:
+                return
+        batch = pb.CompleteBatchRequest(
+            completions=[build(it) for it in items],
+            worker_id=worker,
+            lease_max_items=lease_batch if in_reply and going else 0,
+        )
+        resp = stub.CompleteBatch(batch, timeout=RPC_TIMEOUT_S)
+        yield items, resp
+        items = resp.leases
+
+
+def _next_request(item: pb.LeaseItem, seq: Iterator[int], worker: str) -> pb.CompleteRequest:
+    return _complete_request(item, next(seq), worker)
+
+
 def grpc_lease_complete(
     node: NodeProcess, w: Workload, seq: Iterator[int], before: tuple[int, int], *, in_reply: bool = False
 ) -> dict[str, Any]:
@@ -584,32 +620,19 @@ def grpc_lease_complete(
     lock = threading.Lock()
     done = [0]
 
+    def more() -> bool:
+        with lock:
+            return done[0] < w.lease_pages
+
     def stream(i: int) -> None:
         worker = f"bench-{i}"
-        items: Sequence[pb.LeaseItem] = ()
-        while True:
-            with lock:
-                more = done[0] < w.lease_pages
-            if not items:
-                if not more:
-                    return
-                items = stub.Lease(
-                    pb.LeaseRequest(worker_id=worker, max_items=w.lease_batch), timeout=RPC_TIMEOUT_S
-                ).items
-                if not items:
-                    return
-            batch = pb.CompleteBatchRequest(
-                completions=[_complete_request(it, next(seq), worker) for it in items],
-                worker_id=worker,
-                lease_max_items=w.lease_batch if in_reply and more else 0,
-            )
-            resp = stub.CompleteBatch(batch, timeout=RPC_TIMEOUT_S)
+        build = functools.partial(_next_request, seq=seq, worker=worker)
+        for items, resp in worker_batches(stub, worker, w.lease_batch, more, build, in_reply=in_reply):
             for it, r in zip(items, resp.results, strict=True):
                 if not r.accepted:
                     raise RuntimeError(f"Complete of {it.fetch_key} refused")
             with lock:
                 done[0] += len(items)
-            items = resp.leases
 
     with Stopwatch(node.proc.pid) as sw:
         _run_threads(w.grpc_streams, stream)
