@@ -617,7 +617,8 @@ def table(f: dict[str, Any]) -> str:
         f"   CPU {p['cpu_ms_per_page']:.2f} ms/page by rusage incl. startup and report over {p['pages']} pages "
         f"(polled: {p['cpu_ms_per_page_polled']:.2f}, of which startup "
         f"{p['cpu_s_startup']:.1f} s; after the first request {p['cpu_ms_per_page_after_startup']:.2f} ms/page; "
-        "issue target <= 6 ms)",
+        "issue 10's <= 6 ms is judged in section 3, at delay 0: here the processes' time between delayed fetches "
+        "is spread over few pages)",
         "   coverage vs oracle: " + _cov(p["coverage"]),
         "   per origin: "
         + "; ".join(
