@@ -29,6 +29,19 @@ from hostring_testing.redis_server import NoRedis, RedisClusterServers, any_redi
 settings.register_profile("hostring", deadline=None)
 settings.load_profile("hostring")
 
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Put the tests marked `long(seconds)` first, longest first, the rest after them in their order. The suite is
+    dispatched one test at a time as workers free up (`--dist loadgroup`), so a test of several minutes collected
+    halfway would start late and run alone at the end; started first, it runs beside the rest."""
+
+    def seconds(item: pytest.Item) -> float:
+        mark = item.get_closest_marker("long")
+        return float(mark.args[0]) if mark is not None and mark.args else 0.0
+
+    items.sort(key=lambda item: -seconds(item))
+
+
 # ============================================================================================== Redis
 
 

@@ -26,6 +26,7 @@ FIGURES = (
 
 
 @pytest.mark.slow
+@pytest.mark.long(120)
 @pytest.mark.timeout(420)
 def test_quick_revisit_bench_prints_every_figure() -> None:
     figures = run_quick("bench.revisit", 400)

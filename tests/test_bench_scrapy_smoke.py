@@ -20,6 +20,7 @@ RUN_FIGURES = (
 
 
 @pytest.mark.slow
+@pytest.mark.long(30)
 @pytest.mark.timeout(240)
 def test_quick_scrapy_bench_prints_every_figure() -> None:
     figures = run_quick("bench.scrapy", 220)

@@ -27,6 +27,7 @@ FIGURES = (
 
 
 @pytest.mark.slow
+@pytest.mark.long(65)
 @pytest.mark.timeout(200)
 def test_quick_bench_prints_every_figure() -> None:
     figures = run_quick("bench.node", 180)
@@ -53,6 +54,7 @@ CRAWL_FIGURES = (
 
 
 @pytest.mark.slow
+@pytest.mark.long(30)
 @pytest.mark.timeout(150)
 def test_quick_crawl_bench_prints_every_figure() -> None:
     """`python -m bench.crawl --quick --json`: the end-to-end crawl bench runs and every figure is positive."""
@@ -100,6 +102,7 @@ CLUSTER_TARGETS = (
 
 
 @pytest.mark.slow
+@pytest.mark.long(50)
 @pytest.mark.timeout(150)
 def test_quick_cluster_bench_prints_every_figure() -> None:
     """`python -m bench.cluster --quick --no-membership --json`: 1, 2 and 3 nodes on one Redis and one SQLite node

@@ -24,7 +24,8 @@ from frontier_node.store.sqlite import SqliteStore
 from hostring.clock import WallClock
 from hostring_testing.proc import REPO
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+# One worker runs the whole module (--dist loadgroup): its module fixture starts every case's processes once.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180), pytest.mark.xdist_group("cli_errors")]
 
 DOWN = "127.0.0.1:1"  # nothing listens there
 SEED = "http://a.example/"

@@ -120,6 +120,7 @@ def stuck(judge: RedisStore, c: Cluster) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.long(40)
 @pytest.mark.timeout(240)
 def test_cluster_crawl_join_at_a_quarter_kill_at_half(empty_redis: str, tmp_path: Path) -> None:
     model, pairs = web_model()

@@ -187,6 +187,7 @@ def fanout_web() -> dict[str, Site]:
     return sites
 
 
+@pytest.mark.long(50)
 @pytest.mark.timeout(240)
 def test_fanout_of_150k_links_is_admitted_on_its_owners(tmp_path: Path, empty_redis: str) -> None:
     """A page with 150,000 links to 40 other origins in a 2-node cluster: every link ends as a row on the node

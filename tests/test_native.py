@@ -83,6 +83,7 @@ def _can_compile() -> str:
     return ""
 
 
+@pytest.mark.long(420)
 @pytest.mark.skipif(bool(_can_compile()), reason=_can_compile() or "compiles")
 def test_the_core_tests_pass_against_the_compiled_modules(tmp_path: Path) -> None:
     """Build every module of MODULES in a copy of the repository and run the core's tests there: compiled code keeps

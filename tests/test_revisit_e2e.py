@@ -43,6 +43,7 @@ def _site(label: str, start: float, offset: float) -> Site:
     return Site(dict(pages))
 
 
+@pytest.mark.long(60)
 def test_a_continuous_crawl_revisits_by_change_rate_politely_and_conditionally(tmp_path: Path) -> None:
     start = time.time()
     web = LocalWeb({"a": _site("a", start, 0.5), "b": _site("b", start, 1.7)})
