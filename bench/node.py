@@ -268,7 +268,12 @@ def cpu_seconds(pid: int | None = None) -> float:
     if pid is None:
         t = os.times()
         return t.user + t.system
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return _stat_cpu_seconds(Path(f"/proc/{pid}/stat"))
+
+
+def _stat_cpu_seconds(stat: Path) -> float:
+    """utime + stime of a /proc stat file (a process's or one thread's), in seconds."""
+    fields = stat.read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
@@ -276,12 +281,11 @@ def thread_cpu_seconds(pid: int) -> dict[str, float]:
     """CPU seconds of each thread of process `pid` by its OS name (hostring names its threads: core, node-loop, ...;
     threads of one name are summed)."""
     out: dict[str, float] = {}
-    tick = os.sysconf("SC_CLK_TCK")
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
-            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            cpu = _stat_cpu_seconds(task / "stat")
             name = (task / "comm").read_text().strip()
-            out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+            out[name] = out.get(name, 0.0) + cpu
         except OSError:
             continue  # the thread ended meanwhile
     return out
