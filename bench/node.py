@@ -484,11 +484,11 @@ def _run_threads(n: int, target: Callable[[int], None]) -> None:
         raise errors[0]
 
 
-def discover_payloads(urls: list[str], w: Workload) -> list[bytes]:
-    """The workload's Discover requests, serialized (before any clock starts)."""
+def discover_payloads(urls: list[str], batch: int) -> list[bytes]:
+    """Discover requests of `batch` links each, serialized (before any clock starts)."""
     return [
         pb.DiscoverRequest(links=[pb.Link(observed=u) for u in b], worker_id="bench").SerializeToString()
-        for b in batches(urls, w.batch)
+        for b in batches(urls, batch)
     ]
 
 
@@ -496,11 +496,6 @@ def _per_unit_us(seconds: dict[str, float], units: int) -> dict[str, float]:
     """CPU microseconds per unit of work of each thread, largest first (threads that spent almost none left out)."""
     ranked = sorted(seconds.items(), key=lambda kv: -kv[1]) if units else []
     return {name: 1e6 * cpu / units for name, cpu in ranked if 1e6 * cpu / units >= 0.05}
-
-
-def grpc_discover(node: NodeProcess, urls: list[str], w: Workload) -> dict[str, Any]:
-    """Stream the workload through Discover on `grpc_streams` threads; links/s over the whole stream."""
-    return discover_through(node.channel, node.proc.pid, discover_payloads(urls, w), len(urls), w.grpc_streams)
 
 
 def discover_through(
@@ -696,7 +691,8 @@ def peer_figures(pw: PeerWorkload, tmp: Path) -> dict[str, Any]:
     urls = link_stream(Workload(hosts=pw.hosts, links=pw.links, batch=pw.batch, grpc_streams=pw.streams, seed=pw.seed))
     node = NodeProcess(tmp / "peer.sqlite3", tmp / "peer.log")
     try:
-        disc = grpc_discover(node, urls, Workload(batch=pw.batch, grpc_streams=pw.streams))
+        payloads = discover_payloads(urls, pw.batch)
+        disc = discover_through(node.channel, node.proc.pid, payloads, len(urls), pw.streams)
         drain = grpc_drain(node, pw)
     finally:
         node.stop()
@@ -819,12 +815,13 @@ def run(w: Workload, pw: PeerWorkload, profile_dir: Path | None = None) -> dict[
     urls = link_stream(w)
     hosts = min(w.hosts, w.unique)
     figures: dict[str, Any] = {"machine": machine(), "workload": w.describe()}
+    payloads = discover_payloads(urls, w.batch)  # the same requests to the node, the fresh node and the gRPC floor
 
     with tempfile.TemporaryDirectory(prefix="hostring-bench-") as tmp:
         node = NodeProcess(Path(tmp) / "node.sqlite3", Path(tmp) / "node.log", w.revisit)
         try:
             with py_spy(node.proc.pid, profile_dir / "discover.txt" if profile_dir else None):
-                disc = grpc_discover(node, urls, w)
+                disc = discover_through(node.channel, node.proc.pid, payloads, len(urls), w.grpc_streams)
             seq = itertools.count(1)
             before = grpc_robots_first(node, hosts, w, seq)
             with py_spy(node.proc.pid, profile_dir / "lease_complete.txt" if profile_dir else None):
@@ -833,7 +830,8 @@ def run(w: Workload, pw: PeerWorkload, profile_dir: Path | None = None) -> dict[
             node.stop()
         node = NodeProcess(Path(tmp) / "node-reply.sqlite3", Path(tmp) / "node-reply.log", w.revisit)
         try:
-            grpc_discover(node, urls, w)  # the same links on a fresh node, untimed this time
+            # the same links on a fresh node, untimed this time
+            discover_through(node.channel, node.proc.pid, payloads, len(urls), w.grpc_streams)
             before = grpc_robots_first(node, hosts, w, seq)
             lc_reply = grpc_lease_complete(node, w, seq, before, in_reply=True)
         finally:
@@ -851,7 +849,7 @@ def run(w: Workload, pw: PeerWorkload, profile_dir: Path | None = None) -> dict[
         del frontier
         peer = peer_figures(pw, Path(tmp))
     with grpc_floor.serving(w.batch) as (channel, server_pid):
-        transport = discover_through(channel, server_pid, discover_payloads(urls, w), len(urls), w.grpc_streams)
+        transport = discover_through(channel, server_pid, payloads, len(urls), w.grpc_streams)
     gc.collect()
     ram = ram_figures(w)
 
