@@ -15,10 +15,10 @@ and, in Redis, one string (the key, at most 512 characters) and four 25-byte set
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Sequence
 from typing import Any, Final, NamedTuple
 
+import orjson
 from redis.cluster import RedisCluster
 
 from frontier_node.core.ports import BodyClaim
@@ -116,7 +116,7 @@ class RedisBodyIndex:
                 at += n
         else:
             args = [a for _, plan in todo for a in (plan.digest_key, plan.key, plan.member, *plan.bands)]
-            found = json.loads(self._claim_all(args=[json.dumps(args, ensure_ascii=False, separators=(",", ":"))]))
+            found = orjson.loads(self._claim_all(args=[orjson.dumps(args)]))
             replies = [
                 ([first or None] if plan.digest_key else []) + [seen]
                 for (_, plan), (first, seen) in zip(todo, found, strict=True)

@@ -33,6 +33,8 @@ import dataclasses
 import json
 from typing import Any, Final
 
+import orjson
+
 from frontier_node.core.records import Entry, Item, Kind
 from frontier_node.core.states import State
 
@@ -80,12 +82,31 @@ _ENCODE: Final = (
 )
 
 
-def compact_json(value: object) -> str:
-    """json.dumps(value, separators=(",", ":")) without its per-call set-up: the C encoder made once (rows and
-    journal lines are encoded one by one, a few microseconds each, and that was most of a flush)."""
+def _stdlib_json(value: object) -> str:
+    """json.dumps(value, separators=(",", ":")) without its per-call set-up: the C encoder made once."""
     if _ENCODE is None:
         return json.dumps(value, separators=(",", ":"))
     return "".join(_ENCODE(value, 0))
+
+
+def compact_json(value: object) -> str:
+    """The compact JSON text of `value` (lists, tuples, str, int, float, bool, None), read back by json.loads as
+    json.dumps(value, separators=(",", ":")) would be.
+
+    Rows and journal lines are encoded one by one on the core thread, and encoding was most of packing a flush:
+    orjson writes them about 4x faster than the stdlib's C encoder. Its text is the stdlib's except for how a float's
+    exponent is spelled (1e16, not 1e+16: the same number). Where they would differ in what is read back, the
+    stdlib's encoder writes the text instead, so a stored form means what it always meant: any null (orjson writes
+    NaN and infinities as null, the stdlib as NaN and Infinity, which json.loads reads back as floats), any text that
+    is not ASCII or holds DEL (the stdlib escapes both), and what orjson refuses (an int beyond 64 bits).
+    """
+    try:
+        out = orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        return _stdlib_json(value)
+    if out.isascii() and b"null" not in out and b"\x7f" not in out:
+        return out.decode("ascii")
+    return _stdlib_json(value)
 
 
 def text(value: object) -> str:
@@ -194,8 +215,7 @@ def pack_fields(f: RowFields, first: int) -> str:
     state = _STATE_TEXT.get(f[0]) or State(f[0]).value
     # byte order of the order text is (priority, seq) order; row_fields checked both
     return (
-        f"{state}{SEP}{f[1]}{SEP}{f[2] + PRIORITY_OFFSET:020d}:{f[3]:020d}{SEP}{first:020d}{SEP}"
-        f"{''.join(_ENCODE(fields, 0)) if _ENCODE is not None else compact_json(list(fields))}"
+        f"{state}{SEP}{f[1]}{SEP}{f[2] + PRIORITY_OFFSET:020d}:{f[3]:020d}{SEP}{first:020d}{SEP}{compact_json(fields)}"
     )
 
 
@@ -268,7 +288,7 @@ def pack_line(entry: Entry, epoch: int) -> str:
 def pack_checked_line(entry: Entry, epoch: int) -> str:
     """pack_line of an entry whose seq was checked already (the store checks when it buffers the line)."""
     body = (entry[2], epoch, entry[1], *entry[3:])
-    return f"{entry[0]:020d}" + ("".join(_ENCODE(body, 0)) if _ENCODE is not None else compact_json(list(body)))
+    return f"{entry[0]:020d}" + compact_json(body)
 
 
 def unpack_line(member: str) -> tuple[int, Entry]:
