@@ -323,6 +323,28 @@ def _calls(client: redis.Redis) -> dict[str, int]:
     return {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in client.info("commandstats").items()}
 
 
+def test_leases_and_completions_leave_the_domain_meta_alone(make_store: MakeStore, client: Client) -> None:
+    """A flush writes a domain's meta only when its highest item seq grows; max_seqs still finds the highest
+    journal seq (the journals' last lines), and keeps a jmax that a store written by an older version holds."""
+    s = make_store()
+    it = page("/1", "www.meta.com", 5)
+    jseq = admit(s, 1, it)
+    s.flush()
+    (meta,) = [k for k in s.domain_keys("meta.com") if k.endswith(":meta")]
+    assert client.hgetall(meta) == {b"imax": f"{5:020d}".encode()}
+    before = client.dump(meta)
+    it.state, it.attempt, it.generation = State.LEASED, 1, 1
+    s.record(make_entry(jseq, it.key, "scheduled", "lease", "leased"), it)
+    it.state = State.FETCHED
+    s.record(make_entry(jseq + 1, it.key, "leased", "complete", "fetched"), it)
+    s.flush()
+    assert client.dump(meta) == before
+    assert s.max_seqs() == (jseq + 1, 5)
+    assert make_store("n1").max_seqs() == (jseq + 1, 5)  # reopened
+    client.hset(meta, "jmax", f"{999:020d}")  # as versions that kept jmax there left it
+    assert s.max_seqs() == (999, 5)
+
+
 def test_a_flush_of_many_domains_on_one_server_is_one_script_call(
     redis_client: redis.Redis, redis_namespace: str
 ) -> None:

@@ -10,7 +10,8 @@ Key layout (`ns` is the namespace; the part in braces is the Redis Cluster hash 
     ns:{d:<domain>}:robots        hash  origin -> "first␟host␟json"
     ns:{d:<domain>}:j:<writer>    zset  journal lines written by node <writer>, all scores 0, member "seq json"
     ns:{d:<domain>}:writers       set   node ids that ever wrote journal lines to this domain
-    ns:{d:<domain>}:meta          hash  jmax, imax: highest journal and item seq (zero-padded) seen here
+    ns:{d:<domain>}:meta          hash  imax: highest item seq (zero-padded) seen here; jmax, the highest journal
+                                        seq, only in stores written before the journals' last lines were read
     ns:{n:<node>}:meta            hash  set_meta values of the node
     ns:{n:<node>}:domains         set   every domain the node ever wrote to, claimed or adopted
     ns:{all}:domains              set   every domain of the namespace (what a new ring's owners look through)
