@@ -453,7 +453,9 @@ class RedisStore(Flights, DomainHandoff):
             add(f"{imax:020d}" if imax > landed.get(domain, -1) else "")
             for entry in entries:
                 add(pack_checked_line(entry, epoch))
-            strings += batch.packed_rows()
+            for key, (first, f) in rows.items():  # batch.packed_rows(), without a list per domain
+                add(key)
+                add(pack_fields(f, first))
             for pair in robots.items():
                 strings += pair
             count((1 if domain in fenced else 0, 1 if domain in named else 0, len(entries), len(rows), len(robots)))
