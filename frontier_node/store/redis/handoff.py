@@ -83,22 +83,19 @@ class Batch:
     """Buffered writes of one domain: applied by one script call, all or nothing.
 
     `rows` maps a key to (the seq of the line that first wrote it in this batch, its latest row snapshot): a key
-    recorded several times is packed once, at the flush. `jmax` / `imax` are the highest journal / item seq.
+    recorded several times is packed once, at the flush. `imax` is the highest item seq.
     """
 
-    __slots__ = ("entries", "imax", "jmax", "robots", "rows")
+    __slots__ = ("entries", "imax", "robots", "rows")
 
     def __init__(self) -> None:
         self.entries: list[Entry] = []
         self.rows: dict[str, tuple[int, RowFields]] = {}
         self.robots: dict[str, str] = {}
         self.imax = -1
-        self.jmax = -1
 
     def add_line(self, entry: Entry) -> None:
         self.entries.append(entry)
-        if entry.seq > self.jmax:
-            self.jmax = entry.seq
 
     def extend(self, later: Batch) -> None:
         """Add `later`'s writes after these, as if they had been buffered here (a flush that did not land)."""

@@ -20,6 +20,8 @@ from frontier_node.store.redis.codec import text
 # ARGV: 1 writer, 2 epoch, 3 backlog key prefix, 4 line writer, 5 jmax, 6 imax, 7 JSON array of the lines,
 # 8 JSON array of key, packed row, key, ..., 9 JSON array of origin, packed record, ... (three arguments rather
 # than thousands: redis-py packs each argument in Python, and that was the bulk of a flush's time).
+# jmax and imax go to the domain meta when not empty and above what it holds; the store sends jmax empty (max_seqs
+# reads the journals' last lines) and imax only when it grew, but older nodes' calls are still applied alike.
 WRITE_LUA: Final = r"""
 local writer, epoch = ARGV[1], tonumber(ARGV[2])
 local fence = redis.call('HMGET', KEYS[1], 'owner', 'epoch')
