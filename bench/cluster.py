@@ -63,7 +63,16 @@ from typing import Any, Final
 import grpc
 import redis
 
-from bench.node import NodeProcess, cpu_seconds, end_of_run, machine, machine_line, worker_batches
+from bench.node import (
+    NodeProcess,
+    complete_request,
+    cpu_seconds,
+    end_of_run,
+    machine,
+    machine_line,
+    next_request,
+    worker_batches,
+)
 from frontier_node.store.redis import RedisStore
 from hostring.limits import grpc_options
 from hostring.ring import Ring
@@ -342,28 +351,9 @@ def _pids(c: BenchCluster) -> dict[str, int]:
     return pids
 
 
-def _outcome(item: pb.LeaseItem, n: int, worker_id: str) -> pb.CompleteRequest:
-    if item.kind == pb.ROBOTS:
-        outcome = pb.Outcome(status=404, retry_after_s=-1)
-    else:
-        outcome = pb.Outcome(
-            status=200,
-            retry_after_s=-1,
-            content_type="text/html",
-            bytes=20_000,
-            body_digest=f"sha256:{n:064x}",
-            simhash=(n * 0x9E3779B97F4A7C15) & (2**64 - 1) or 1,
-        )
-    return pb.CompleteRequest(lease_id=item.lease_id, generation=item.generation, outcome=outcome, worker_id=worker_id)
-
-
-def _next_outcome(item: pb.LeaseItem, seq: Iterator[int], worker: str) -> pb.CompleteRequest:
-    return _outcome(item, next(seq), worker)
-
-
 def _complete(stub: pb_grpc.FrontierStub, items: Sequence[pb.LeaseItem], seq: Iterator[int], worker_id: str) -> int:
     """One CompleteBatch of a lease's items, as the worker that leased them; how many were accepted."""
-    batch = pb.CompleteBatchRequest(completions=[_outcome(it, next(seq), worker_id) for it in items])
+    batch = pb.CompleteBatchRequest(completions=[complete_request(it, next(seq), worker_id) for it in items])
     return sum(1 for r in stub.CompleteBatch(batch, timeout=RPC_TIMEOUT_S).results if r.accepted)
 
 
@@ -403,7 +393,7 @@ def lease_complete_all(t: Target, w: Workload, seq: Iterator[int], *, in_reply: 
         for s in range(w.streams_per_node):
 
             def stream(stub: pb_grpc.FrontierStub = stub, n: str = n, worker: str = f"bench-{n}-{s}") -> None:
-                build = functools.partial(_next_outcome, seq=seq, worker=worker)
+                build = functools.partial(next_request, seq=seq, worker=worker)
                 for items, resp in worker_batches(stub, worker, w.lease_batch, more, build, in_reply=in_reply):
                     accepted = sum(1 for r in resp.results if r.accepted)
                     with lock:

@@ -532,7 +532,7 @@ def discover_through(
     }
 
 
-def _complete_request(item: pb.LeaseItem, n: int, worker_id: str) -> pb.CompleteRequest:
+def complete_request(item: pb.LeaseItem, n: int, worker_id: str) -> pb.CompleteRequest:
     """The completion of a leased item, sent as `worker_id`: the worker that leased it (only the holder settles)."""
     if item.kind == pb.ROBOTS:
         outcome = pb.Outcome(status=404, retry_after_s=-1)
@@ -560,7 +560,7 @@ def grpc_robots_first(node: NodeProcess, hosts: int, w: Workload, seq: Iterator[
         if not items:
             break
         futures = [
-            stub.Complete.future(_complete_request(it, next(seq), "bench"), timeout=RPC_TIMEOUT_S) for it in items
+            stub.Complete.future(complete_request(it, next(seq), "bench"), timeout=RPC_TIMEOUT_S) for it in items
         ]
         for it, f in zip(items, futures, strict=True):
             if not f.result().accepted:
@@ -601,8 +601,9 @@ def worker_batches(
         items = resp.leases
 
 
-def _next_request(item: pb.LeaseItem, seq: Iterator[int], worker: str) -> pb.CompleteRequest:
-    return _complete_request(item, next(seq), worker)
+def next_request(item: pb.LeaseItem, seq: Iterator[int], worker: str) -> pb.CompleteRequest:
+    """complete_request of `item` with the next number of `seq` (each page a body of its own)."""
+    return complete_request(item, next(seq), worker)
 
 
 def grpc_lease_complete(
@@ -625,7 +626,7 @@ def grpc_lease_complete(
 
     def stream(i: int) -> None:
         worker = f"bench-{i}"
-        build = functools.partial(_next_request, seq=seq, worker=worker)
+        build = functools.partial(next_request, seq=seq, worker=worker)
         for items, resp in worker_batches(stub, worker, w.lease_batch, more, build, in_reply=in_reply):
             for it, r in zip(items, resp.results, strict=True):
                 if not r.accepted:
@@ -664,7 +665,7 @@ def grpc_drain(node: NodeProcess, pw: PeerWorkload) -> dict[str, Any]:
                 if resp.drained:
                     return
                 continue
-            completions = [_complete_request(it, next(seq), request.worker_id) for it in resp.items]
+            completions = [complete_request(it, next(seq), request.worker_id) for it in resp.items]
             batch = pb.CompleteBatchRequest(completions=completions)
             results = stub.CompleteBatch(batch, timeout=RPC_TIMEOUT_S).results
             for it, r in zip(resp.items, results, strict=True):
