@@ -18,12 +18,15 @@ from frontier_node.ops import Op
 
 
 class Pending(Protocol):
-    """A flush started: `done` once its outcome is known; `when_ready(callback)` calls back (on any thread) once
-    `wait()` would not block; `wait()` waits for it and raises what the flush raised (Fenced for refused domains,
-    StoreLost, a connection error)."""
+    """A flush started: `done` once its outcome is known; `ready` once `wait()` would not block (the answers are in);
+    `when_ready(callback)` calls back (on any thread) then; `wait()` waits for it and raises what the flush raised
+    (Fenced for refused domains, StoreLost, a connection error)."""
 
     @property
     def done(self) -> bool: ...
+
+    @property
+    def ready(self) -> bool: ...
 
     def when_ready(self, callback: Callable[[], None]) -> None: ...
 
@@ -41,6 +44,7 @@ class Flushed:
     """A flush that already ran: nothing to wait for; `wait()` raises its error, if any."""
 
     done = True
+    ready = True
 
     def __init__(self, error: Exception | None = None) -> None:
         self.error = error
@@ -85,3 +89,8 @@ class Batch:
     error: BaseException | None = None  # what stopped the batch before its flush (a failing tick, StoreLost)
     pending: Pending = field(default_factory=Flushed)
     timing: ExitStack = field(default_factory=ExitStack)  # the store timer, from the flush's start to its landing
+
+    @property
+    def idle(self) -> bool:
+        """Nothing ran: no op took a turn, none failed or started waiting, no waiting Lease was answered."""
+        return not (self.ran or self.finished or self.failed or self.parked or self.more) and self.error is None

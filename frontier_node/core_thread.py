@@ -14,6 +14,8 @@ wait: it applies the next batch first, then lands the one in flight, then starts
 batch N while the core runs batch N+1; at most one flush is in flight, flushes go out in batch order, and every
 store call that reads or writes (a backlog page, a row, another flush) settles the flush in flight first, so it
 sees batch N's writes (frontier_node/store/redis/flight.py). Other stores flush inside `_start`: nothing overlaps.
+A wake-up that runs nothing (a tick, the wake-up of a flush that already landed) leaves the flush in flight and
+sleeps again until its answer or the next call: landing it there made a call that came meanwhile wait for all of it.
 A flush partly refused by a newer owner's fence is handled for the ops of its own batch (`on_fenced`, `refused`);
 when that needs another flush, that one also carries the next batch's writes, so its refusals are told to both
 batches' ops; the next batch's own flush meets the same fence and is handled when it lands. A failed flush answers
@@ -193,6 +195,11 @@ class CoreThread:
         it now unless it is in flight: then the thread sleeps until its answer or the next call, whichever comes
         first (see the module docstring)."""
         batch = self._apply()
+        if self._inflight is not None and batch.idle and not self._inflight.pending.ready:
+            # Woken with nothing to do (the wake-up of a flush that already landed, say): wait for this flush or the
+            # next call rather than for the flush alone, or a call that comes meanwhile waits for all of it.
+            self._timeout = self._next_timeout()
+            return
         if self._inflight is not None:
             inflight, self._inflight = self._inflight, None
             self._land(inflight, batch.ran)

@@ -33,6 +33,7 @@ from frontier_node.core.config import FrontierConfig, PolitenessConfig
 from frontier_node.core.frontier import Frontier
 from frontier_node.core.records import Link
 from frontier_node.core.states import State
+from frontier_node.core_thread import TICK_S
 from frontier_node.ops import Call, Discover
 from frontier_node.service import FrontierService
 from frontier_node.store.redis import RedisStore
@@ -208,6 +209,31 @@ def test_a_fence_met_by_a_flush_in_flight_is_handled_for_both_batches(srv: Redis
         assert len(verdicts_b) == 10
     finally:
         newer.close()
+        node.close()
+
+
+def test_a_call_queued_while_a_flush_is_held_back_runs_before_the_flush_lands(srv: RedisServer) -> None:
+    """The core thread woken with nothing to do while a flush is in flight (its tick, every TICK_S) goes back to
+    waiting for the flush or the next call: a call queued meanwhile runs while Redis still holds the flush back,
+    rather than once it landed (it waited for all of it). Its answer still waits for its own commit."""
+    node = Node(srv.url)
+    admin = redis.Redis.from_url(srv.url)
+    try:
+        (ready,) = node.submit(Discover(links("d.example", 1, "seed")))
+        ready.result(RPC_S)
+        admin.client_pause(4_000, all=False)
+        (a,) = node.submit(Discover(links("d.example", 3, "a")))
+        held_back(admin)  # batch N's flush is in flight, held by Redis
+        time.sleep(3 * TICK_S)  # the core thread wakes with nothing to do, more than once
+        ran = threading.Event()
+        (b,) = node.submit(Call(lambda core: ran.set()))
+        assert ran.wait(2.0) and not a.done(), "the call ran only once batch N's flush had landed"
+        admin.client_unpause()
+        a.result(RPC_S)
+        b.result(RPC_S)
+    finally:
+        admin.client_unpause()
+        admin.close()
         node.close()
 
 

@@ -95,6 +95,11 @@ class Flight:
         self.error: BaseException | None = None
         self.done = False  # settled
 
+    @property
+    def ready(self) -> bool:
+        """The answers are in: `wait()` will not block on Redis."""
+        return self.done or self.answers.done()
+
     def when_ready(self, callback: Callable[[], None]) -> None:
         """Call back (on the writer thread, or now) once the answers are in: `wait()` will not block on Redis."""
         self.answers.add_done_callback(lambda _: callback())
