@@ -16,6 +16,7 @@ import pytest
 import redis
 from redis.cluster import RedisCluster
 
+from frontier_node.core.ports import BodyClaim
 from frontier_node.core.records import Item, Link
 from frontier_node.core.states import State
 from frontier_node.store.redis import FencedOut, RedisStore
@@ -499,6 +500,43 @@ def test_write_all_writes_what_its_previous_version_wrote(
     assert len(previous_dump) > 30
     for name, value in previous_dump.items():
         assert current_dump[name] == value, name
+
+
+@pytest.mark.parametrize("version", [(6, 2, 14), (7, 0, 0)])
+def test_the_claim_script_of_each_server_version_registers_and_answers_alike(
+    redis_client: redis.Redis, redis_namespace: str, version: tuple[int, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SET NX GET (Redis >= 7.0) and GET then SET (older) leave the same keys and answer the same batch of claims:
+    first wins, a key's own body is no duplicate of itself, a near body is seen in any band it shares."""
+    from frontier_node.store.redis import bodies
+
+    if bodies.server_version(redis_client) < version:
+        pytest.skip(f"this Redis predates {version}: it refuses SET NX GET")
+    claims = [
+        ("sha256:aa", 0x1111_2222_3333_4444, "https://a.org/1"),
+        ("sha256:aa", 0x9999_8888_7777_6666, "https://b.org/1"),  # same digest, another key: duplicate of a.org/1
+        ("sha256:aa", 0x1111_2222_3333_4444, "https://a.org/1"),  # the first key again: not its own duplicate
+        ("sha256:bb", 0x1111_2222_3333_4445, "https://c.org/1"),  # one bit from a.org/1's simhash: near
+        ("", 0x5555_0000_0000_0000, "https://d.org/1"),  # no digest: bands only
+        ("sha256:cc", 0, "https://e.org/1"),  # no simhash: digest only
+    ]
+    answers, dumps = {}, {}
+    for label, claimed in (("reference", (6, 2, 14)), ("version", version)):
+        monkeypatch.setattr(bodies, "server_version", lambda client, v=claimed: v)
+        ns = f"{redis_namespace}-{label}"
+        index = bodies.RedisBodyIndex(redis_client, ns)
+        index.prime(claims[:3])
+        answers[label] = [index.claim(*c) for c in claims[:3]]
+        index.prime(claims[3:])
+        answers[label] += [index.claim(*c) for c in claims[3:]]
+        names = sorted(k.decode().removeprefix(ns) for k in redis_client.scan_iter(match=f"{ns}:*"))
+        dumps[label] = {n: redis_client.dump(ns + n) for n in names}
+    first, second, again, near, bands_only, digest_only = answers["version"]
+    assert first == BodyClaim(None, False) and second == BodyClaim("https://a.org/1", False)
+    assert again == BodyClaim(None, False) and near == BodyClaim(None, True)
+    assert bands_only == digest_only == BodyClaim(None, False)
+    assert answers["version"] == answers["reference"]
+    assert dumps["version"] == dumps["reference"] and len(dumps["version"]) == 3 + 13  # digests, band values
 
 
 def test_a_claims_band_keys_are_its_simhash_in_16_bit_bands(redis_client: redis.Redis, redis_namespace: str) -> None:

@@ -36,6 +36,7 @@ return false
 # 4 bands (one SUNION: the near check needs each member once, not which band held it) and SADD of the member.
 # Answers one JSON text (one string to parse rather than a reply array per claim): [first or "", [member, ...]] per
 # claim, where "" is no first key (a stored key is never empty: the caller never claims an empty key).
+# On Redis 7.0 and later one SET NX GET does the GET-or-SET (see claim_all_script): a command fewer per claim.
 _CLAIM_ALL: Final = """
 local args = cjson.decode(ARGV[1])
 local out = {}
@@ -57,8 +58,34 @@ for i = 1, #args, 7 do
 end
 return cjson.encode(out)
 """
+_GET_OR_SET: Final = """    first = redis.call('GET', args[i])
+    if not first then
+      redis.call('SET', args[i], args[i + 1])
+      first = ''
+    end
+"""
+_SET_NX_GET: Final = """    first = redis.call('SET', args[i], args[i + 1], 'NX', 'GET') or ''
+"""
+if _GET_OR_SET not in _CLAIM_ALL:
+    raise ImportError("frontier_node.store.redis.bodies: the claim script's GET-or-SET changed; update _GET_OR_SET")
+_CLAIM_ALL_SET_NX_GET: Final = _CLAIM_ALL.replace(_GET_OR_SET, _SET_NX_GET)
 _MASK: Final = (1 << 64) - 1
 _KEY_LIMIT: Final = 512
+
+
+def server_version(client: Any) -> tuple[int, ...]:
+    """The Redis server's version as numbers ((0,) when INFO does not say: treated as the oldest)."""
+    found = client.info("server").get("redis_version", "")
+    try:
+        return tuple(int(part) for part in str(found).split("."))
+    except ValueError:
+        return (0,)
+
+
+def claim_all_script(version: tuple[int, ...]) -> str:
+    """The batch claim script for a server of `version`: SET NX GET from 7.0 on (NX with GET is refused before),
+    else GET then SET. Both register and answer alike (tests/test_store_redis.py runs both)."""
+    return _CLAIM_ALL_SET_NX_GET if version >= (7, 0) else _CLAIM_ALL
 
 
 class _Plan(NamedTuple):
@@ -83,7 +110,8 @@ class RedisBodyIndex:
         self.max_distance = max_distance
         self._primed: dict[tuple[str, int, str], list[BodyClaim]] = {}
         self._band_prefixes = [f"{namespace}:{{s:{band}:" for band in range(4)]  # band_key's, before the value
-        self._claim_all = None if isinstance(client, RedisCluster) else client.register_script(_CLAIM_ALL)
+        single = not isinstance(client, RedisCluster)
+        self._claim_all = client.register_script(claim_all_script(server_version(client))) if single else None
 
     def _pipeline(self) -> Any:
         return self._r.pipeline(transaction=False)
