@@ -539,6 +539,30 @@ def test_the_claim_script_of_each_server_version_registers_and_answers_alike(
     assert dumps["version"] == dumps["reference"] and len(dumps["version"]) == 3 + 13  # digests, band values
 
 
+def test_a_user_not_allowed_info_opens_the_body_index_with_the_oldest_claim_script(
+    redis_client: redis.Redis, redis_namespace: str
+) -> None:
+    """An ACL user without INFO cannot learn the server's version: the index still opens, with GET then SET."""
+    from frontier_node.store.redis import bodies
+
+    user = f"{redis_namespace}-no-info"
+    redis_client.acl_setuser(user, enabled=True, passwords=["+pw"], keys=["*"], commands=["+@all", "-info"])
+    try:
+        kw = redis_client.connection_pool.connection_kwargs
+        if "host" not in kw:
+            pytest.skip("the test Redis is not reached over TCP: this test connects as another user by host and port")
+        limited = redis.Redis(host=kw["host"], port=kw["port"], db=kw.get("db", 0), username=user, password="pw")
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            limited.info("server")
+        assert bodies.server_version(limited) == (0,)
+        index = bodies.RedisBodyIndex(limited, redis_namespace)
+        assert index.claim("sha256:ee", 0, "https://a.org/") == BodyClaim(None, False)
+        assert index.claim("sha256:ee", 0, "https://b.org/") == BodyClaim("https://a.org/", False)
+        limited.close()
+    finally:
+        redis_client.acl_deluser(user)
+
+
 def test_a_claims_band_keys_are_its_simhash_in_16_bit_bands(redis_client: redis.Redis, redis_namespace: str) -> None:
     """The band keys and member a claim writes, cut from the simhash's hex text, are band_key() of each 16-bit
     band: the layout nodes of every version share."""

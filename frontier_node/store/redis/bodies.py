@@ -20,6 +20,7 @@ from typing import Any, Final, NamedTuple
 
 import orjson
 from redis.cluster import RedisCluster
+from redis.exceptions import ResponseError
 
 from frontier_node.core.ports import BodyClaim
 from frontier_node.store.redis.codec import check_tag_free, text
@@ -74,11 +75,12 @@ _KEY_LIMIT: Final = 512
 
 
 def server_version(client: Any) -> tuple[int, ...]:
-    """The Redis server's version as numbers ((0,) when INFO does not say: treated as the oldest)."""
-    found = client.info("server").get("redis_version", "")
+    """The Redis server's version as numbers; (0,), treated as the oldest, when INFO does not say or is not allowed
+    (an ACL user without INFO still opens the index, with the script every version runs)."""
     try:
+        found = client.info("server").get("redis_version", "")
         return tuple(int(part) for part in str(found).split("."))
-    except ValueError:
+    except (ResponseError, ValueError):
         return (0,)
 
 
