@@ -19,8 +19,9 @@ from redis.cluster import RedisCluster
 from frontier_node.core.ports import BodyClaim
 from frontier_node.core.records import Item, Link
 from frontier_node.core.states import State
-from frontier_node.store.redis import FencedOut, RedisStore
+from frontier_node.store.redis import FencedOut, RedisStore, flight
 from frontier_node.store.redis.codec import pack_row
+from frontier_node.store.redis.handoff import Batch
 from frontier_node.store.redis.mail import row_link
 from tests.store_helpers import admit, make_entry, page
 
@@ -108,7 +109,12 @@ def test_a_node_that_lost_a_domain_cannot_write_to_it(make_store: MakeStore, cli
         b.flush()
 
 
-def test_one_flush_refused_for_several_domains_names_them_all(make_store: MakeStore) -> None:
+@pytest.mark.parametrize("part_rows", [flight.PART_ROWS, 1])
+def test_one_flush_refused_for_several_domains_names_them_all(
+    make_store: MakeStore, part_rows: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With part_rows 1 each domain is a write_all call of its own: refusals of two parts are named together."""
+    monkeypatch.setattr(flight, "PART_ROWS", part_rows)
     a, b = make_store("node-a", 1), make_store("node-b", 5)
     for d in ("one.org", "two.org"):
         b.claim(d, 5)
@@ -500,6 +506,52 @@ def test_write_all_writes_what_its_previous_version_wrote(
     assert len(previous_dump) > 30
     for name, value in previous_dump.items():
         assert current_dump[name] == value, name
+
+
+@pytest.mark.parametrize("refused", [False, True])
+def test_a_flush_sent_in_parts_writes_what_one_call_writes(
+    redis_client: redis.Redis, redis_namespace: str, refused: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A flush cut into several write_all calls (flight.parts) leaves every key as one call for the whole flush
+    does, and a domain refused in any part is named while the other parts land."""
+    monkeypatch.setattr(time, "time_ns", lambda: 10**18)  # robots records' first-save ordinals, the same twice
+    dumps: dict[int, dict[str, bytes]] = {}
+    for part_rows in (10**9, 3):
+        monkeypatch.setattr(flight, "PART_ROWS", part_rows)
+        ns = f"{redis_namespace}-{part_rows}"
+        s = RedisStore(redis_client, node_id="n1", epoch=1, namespace=ns)
+        if refused:  # another node holds one domain at a newer epoch: its batch is refused, the rest land
+            RedisStore(redis_client, node_id="n2", epoch=5, namespace=ns).claim("moved.org", 5)
+        before = _calls(redis_client).get("evalsha", 0)
+        _write_all_scenario(s)
+        calls = _calls(redis_client)["evalsha"] - before
+        assert calls == 4 if part_rows == 10**9 else calls > 4  # the scenario's 4 flushes, one call each or more
+        names = sorted(k.decode().removeprefix(ns) for k in redis_client.scan_iter(match=f"{ns}:*"))
+        dumps[part_rows] = {n: redis_client.dump(ns + n) or b"" for n in names if not n.endswith(":instance")}
+    whole, in_parts = dumps.values()
+    assert len(whole) > 30 and sorted(whole) == sorted(in_parts)
+    for name, value in whole.items():
+        assert in_parts[name] == value, name
+
+
+def test_parts_keep_domains_whole_and_in_order() -> None:
+    def batch(rows: int) -> Batch:
+        b = Batch()
+        for n in range(rows):
+            b.rows[f"k{n}"] = (n, ())
+            b.add_line(make_entry(n + 1, f"k{n}", "admitted", "schedule", "scheduled"))
+        return b
+
+    batches = {f"d{n}.org": batch(n % 4) for n in range(200)}  # 0 to 6 rows and lines a domain
+    cut = flight.parts(batches)
+    assert [d for part in cut for d in part] == list(batches)
+    sizes = [sum(len(b.rows) + len(b.entries) for b in part.values()) for part in cut]
+    assert len(cut) == 2 and all(flight.PART_ROWS <= size < flight.PART_ROWS + 7 for size in sizes[:-1])
+    assert len(flight.parts({"one.org": batch(1000)})) == 1
+    small = {d: b for d, b in list(batches.items())[:10]}
+    assert flight.parts(small) == [small]
+    tail = {**{f"a{n}.org": batch(3) for n in range(43)}, "z.org": batch(1)}  # 258 then 2: the tail joins
+    assert len(flight.parts(tail)) == 1
 
 
 @pytest.mark.parametrize("version", [(6, 2, 14), (7, 0, 0)])

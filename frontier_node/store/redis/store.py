@@ -13,8 +13,9 @@ the fence explicitly (epoch >= fence epoch, any owner).
 
 Flush on a single server: one round trip. One non-transactional pipeline holds the node-scoped writes (domain
 set, lookup tables, meta, orphan lines, mail), so the domain set names a domain before the domain holds data,
-then one write_all script call for every domain's batch (scripts.WRITE_ALL_LUA: the same per-domain fence rule,
-every row, line and record passed as one string with their lengths, so neither side escapes or parses JSON).
+then write_all script calls for the domains' batches, one per part of about flight.PART_ROWS rows and lines
+(scripts.WRITE_ALL_LUA: the same per-domain fence rule, every row, line and record passed as one string with their
+lengths, so neither side escapes or parses JSON; Redis serves other clients between the parts).
 On a Cluster: the node-scoped writes in their own round trip, then one script call per domain in one pipeline
 (a script cannot span slots there). Atomic per domain either way, not across domains: a FencedOut names the
 refused domains, and every other domain's batch landed.
@@ -434,10 +435,10 @@ class RedisStore(Flights, DomainHandoff):
                 return domain
         return None
 
-    def _sections(self, epoch: int) -> tuple[str, str, str]:
-        """Every domain's batch as write_all takes it (see scripts.WRITE_ALL_LUA): the strings end to end, their
-        lengths in bytes and five numbers per domain. No JSON string escaping on either side: that, and decoding
-        it in Lua, cost more than the rest of packing a flush.
+    def _sections(self, epoch: int, batches: dict[str, Batch]) -> tuple[str, str, str]:
+        """The domains' `batches` as one write_all call takes them (see scripts.WRITE_ALL_LUA): the strings end to
+        end, their lengths in bytes and five numbers per domain. No JSON string escaping on either side: that, and
+        decoding it in Lua, cost more than the rest of packing a flush.
 
         A domain's meta is left alone unless its imax grows (an item admitted): a lease or a completion rewrites an
         item seq the domain has seen, and reading and writing the meta was a tenth of Redis's time per leased and
@@ -446,7 +447,7 @@ class RedisStore(Flights, DomainHandoff):
         counts: list[int] = []
         add, count = strings.append, counts.extend
         fenced, named, landed = self._fenced_here, self._named_writer, self._imax_landed
-        for domain, batch in self._batches.items():
+        for domain, batch in batches.items():
             imax, entries, rows, robots = batch.imax, batch.entries, batch.rows, batch.robots
             add(domain)
             add("")
