@@ -13,6 +13,7 @@ third-party library's private attributes (heuristic below).
 from __future__ import annotations
 
 import ast
+import gc
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -55,7 +56,20 @@ def rel(path: Path) -> str:
 
 
 def parse(path: Path) -> ast.Module:
-    return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    return parse_text(path.read_text(encoding="utf-8"), str(path))
+
+
+def parse_text(source: str, filename: str = "<string>") -> ast.Module:
+    """ast.parse with the garbage collector off: CPython before 3.11.8 keeps one recursion counter for every AST
+    conversion, and a collection in the middle of one can run another thread's parse, which raises
+    "SystemError: AST constructor recursion depth mismatch" (gh-106905; seen once in CI here)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return ast.parse(source, filename=filename)
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def imported_modules(tree: ast.AST) -> Iterator[tuple[int, str]]:
@@ -171,7 +185,7 @@ def private_uses(source: str, path: str = "<string>") -> list[PrivateUse]:
     `t = httpx.AsyncHTTPTransport()`, or is a parameter annotated with one. `getattr/hasattr/setattr(x, "_name")`
     count too. Attributes in KNOWN_PRIVATE count wherever they appear.
     """
-    tree = ast.parse(source, filename=path)
+    tree = parse_text(source, path)
     tainted: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
