@@ -201,7 +201,7 @@ class Flights:
     def _sections(self, epoch: int, batches: dict[str, Batch]) -> tuple[str, str, str]:
         raise NotImplementedError
 
-    def _applied(self, batches: dict[str, Batch], epoch: int, res: Any) -> None:
+    def _applied(self, batches: dict[str, Batch], epoch: int, res: Any) -> list[FencedOut]:
         raise NotImplementedError
 
     def _verify_instance(self, value: object) -> None:
@@ -285,13 +285,9 @@ class Flights:
             raise
         refused: list[FencedOut] = []
         for (batches, _), res in zip(calls, results, strict=True):
-            try:
-                self._applied(batches, flight.epoch, res)
-            except FencedOut as e:
-                refused += [f for f in (e, *e.others) if isinstance(f, FencedOut)]
+            refused += self._applied(batches, flight.epoch, res)
         if refused:
-            first = refused[0]
-            raise FencedOut(first.domain, first.writer_epoch, first.fence_epoch, first.owner, others=tuple(refused[1:]))
+            raise FencedOut.of(refused)
 
     def _take(self) -> Taken:
         """Every buffered write (notes placed), taken from the buffers: the store buffers afresh."""

@@ -65,6 +65,13 @@ class FencedOut(Fenced):
         self.owner = owner
         self.others = others
 
+    @classmethod
+    def of(cls, refused: Sequence[FencedOut]) -> FencedOut:
+        """One FencedOut for a flush refused for the domains of `refused` (not empty): the first, the rest in
+        `others`."""
+        first = refused[0]
+        return cls(first.domain, first.writer_epoch, first.fence_epoch, first.owner, others=tuple(refused[1:]))
+
 
 @dataclass(slots=True)
 class AdoptedDomain:

@@ -464,8 +464,9 @@ class RedisStore(Flights, DomainHandoff):
         lengths = list(map(len, strings)) if blob.isascii() else [len(s.encode()) for s in strings]
         return blob, compact_json(counts), compact_json(lengths)
 
-    def _applied(self, batches: dict[str, Batch], epoch: int, res: Any) -> None:
-        """Settle after a write_all answer for `batches`: StoreLost, FencedOut for the refused domains, else done."""
+    def _applied(self, batches: dict[str, Batch], epoch: int, res: Any) -> list[FencedOut]:
+        """Settle after a write_all answer for `batches`: StoreLost, else the refusals of the refused domains (their
+        batches not applied; every other domain's was)."""
         status = int(res[0])
         if status == 0:
             self._verify_instance(res[1])
@@ -486,9 +487,7 @@ class RedisStore(Flights, DomainHandoff):
             imax = batches[d].imax
             if imax > imax_landed.get(d, -1):
                 imax_landed[d] = imax
-        if fenced:
-            first = fenced[0]
-            raise FencedOut(first.domain, epoch, first.fence_epoch, first.owner, others=tuple(fenced[1:]))
+        return fenced
 
     def _flush_node(self, epoch: int) -> None:
         """Node-scoped writes, before any domain's: the domain set must name a domain before it holds data."""
@@ -585,8 +584,7 @@ class RedisStore(Flights, DomainHandoff):
             else:
                 self._fenced_here.add(domain)
         if fenced:
-            first = fenced[0]
-            raise FencedOut(first.domain, epoch, first.fence_epoch, first.owner, others=tuple(fenced[1:])) from error
+            raise FencedOut.of(fenced) from error
         if error is not None:
             raise error
 
