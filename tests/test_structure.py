@@ -60,9 +60,10 @@ def parse(path: Path) -> ast.Module:
 
 
 def parse_text(source: str, filename: str = "<string>") -> ast.Module:
-    """ast.parse with the garbage collector off: CPython before 3.11.8 keeps one recursion counter for every AST
-    conversion, and a collection in the middle of one can run another thread's parse, which raises
-    "SystemError: AST constructor recursion depth mismatch" (gh-106905; seen once in CI here)."""
+    """ast.parse with the garbage collector off. CPython 3.11 keeps the AST conversion's recursion counter in state
+    every thread shares, and raised "SystemError: AST constructor recursion depth mismatch" here once (CI, a pytest
+    worker with other threads; gh-106905). The conversion is C code: another thread's parse can only slip in if
+    Python code runs in its middle, which a collection's finalizers would; with the collector off none does."""
     enabled = gc.isenabled()
     gc.disable()
     try:
