@@ -78,6 +78,24 @@ def missing(web: LocalWeb, oracle: Oracle) -> set[Any]:
     return oracle.judge(web.fetched())["missing"]
 
 
+def every_page(c: Cluster, web: LocalWeb, oracle: Oracle, timeout: float, what: str) -> None:
+    """Wait until every page was fetched; when that times out, note in the timeline (printed by `running`) which
+    pages are missing and what each live node holds, so a failure says where the work stopped."""
+    try:
+        wait_for(lambda: not missing(web, oracle), timeout, what)
+    except AssertionError:
+        gone = sorted(str(page) for page in missing(web, oracle))
+        c.note(f"{len(gone)} page(s) missing, e.g. {gone[:5]}")
+        for node_id in sorted(n for n in c.addresses if exit_code(c, n) is None):
+            with contextlib.suppress(Exception):
+                st = c.stats(node_id)
+                c.note(
+                    f"{node_id} at epoch {st.ring_epoch}: {dict(st.urls_by_state)}, in flight {st.in_flight}, "
+                    f"hosts with work {st.hosts_with_work}, next ready in {st.next_ready_s:.1f}s {st.waiting_for}"
+                )
+        raise
+
+
 @contextlib.contextmanager
 def running(c: Cluster) -> Iterator[Cluster]:
     """The cluster, with its timeline and logs printed when the test fails."""
@@ -305,7 +323,7 @@ def test_dead_owner_is_backed_off_and_its_completions_are_settled_by_its_success
         lines = {w: c.procs[w].log().count(dead) - lines_before[w] for w in ("w1", "w2")}
         c.note(f"{victim} left the ring after {in_ring_for:.1f}s; worker log lines naming it: {lines}")
         assert all(n <= 2 * (in_ring_for / 10 + 2) for n in lines.values()), lines
-        wait_for(lambda: not missing(web, oracle), lease_s - 10, "every page, before the dead node's leases expire")
+        every_page(c, web, oracle, lease_s - 10, "every page, before the dead node's leases expire")
         for w in ("w1", "w2"):
             assert "could not complete" not in c.procs[w].log(), c.procs[w].tail()
 
@@ -417,7 +435,7 @@ def test_coordinator_sigkill_the_cluster_keeps_crawling_and_recovers(tmp_path: P
         c.start_coordinator(port=port, name="coordinator2")
         after = c.wait_settled({"n1", "n2", "n3"}, 30.0)
         assert after.epoch >= ring.epoch
-        wait_for(lambda: not missing(web, oracle), 60, "every page")
+        every_page(c, web, oracle, 60, "every page")
 
 
 @pytest.mark.timeout(180)
@@ -440,7 +458,7 @@ def test_node_sigkill_during_a_join_handoff_loses_nothing(tmp_path: Path, empty_
         c.procs["n1"].stop(signal.SIGKILL)
         c.note("n1 SIGKILLed as n4's join is handed over")
         c.wait_settled({"n2", "n3", "n4"}, 30.0)
-        wait_for(lambda: not missing(web, oracle), 60, "every page")
+        every_page(c, web, oracle, 60, "every page")
         bad = [v for label in web.origins for v in politeness_violations(web, label, delay, 0.05)]
         assert not bad, bad[:5]
         unexpected = oracle.judge(web.fetched())["unexpected"]
