@@ -35,15 +35,12 @@ from redis.exceptions import NoScriptError
 from frontier_node.commit import Flushed
 from frontier_node.core.records import Entry
 from frontier_node.store.redis.handoff import Batch, FencedOut
-from frontier_node.store.redis.scripts import Scripts
+from frontier_node.store.redis.scripts import Call, Scripts
 from hostring.thread_names import name_os_thread
 
 PART_ROWS: Final = 256
 """Rows and journal lines a write_all call of a flush holds before the next domain starts another (see the module
 docstring): a few milliseconds of Redis's time. A lease-in-reply flush of 256 URLs holds about 1,000."""
-
-Call = tuple[list[str], list[object]]
-"""KEYS and ARGV of one script call."""
 
 
 def parts(batches: dict[str, Batch]) -> list[dict[str, Batch]]:

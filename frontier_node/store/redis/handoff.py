@@ -39,7 +39,7 @@ from frontier_node.store.redis.codec import (
     with_first,
 )
 from frontier_node.store.redis.mail import Mailroom
-from frontier_node.store.redis.scripts import Scripts
+from frontier_node.store.redis.scripts import Call, Scripts
 
 _SCAN_ROWS: Final = 20_000
 _ADOPT_CHUNK: Final = 256
@@ -174,7 +174,7 @@ class DomainHandoff:
 
     def _write_call(
         self, domain: str, batch: Batch, epoch: int, line_writer: str, lines: list[str] | None = None
-    ) -> tuple[list[str], list[object]]:
+    ) -> Call:
         raise NotImplementedError
 
     # -- fence -----------------------------------------------------------------------------------------
@@ -320,7 +320,7 @@ class DomainHandoff:
             batch.imax = max(batch.imax, item.seq)
         for origin, host, record, first in data["robots"]:
             batch.robots[origin] = pack_robots(int(first), host, robots_json(record))
-        calls: dict[str, tuple[list[str], list[object]]] = {}
+        calls: dict[str, Call] = {}
         writers = sorted(by_writer) or [self.node_id]
         for n, writer in enumerate(writers):
             lines = [pack_line(e, ep) for ep, e in by_writer.get(writer, [])]

@@ -15,6 +15,9 @@ from redis.exceptions import NoScriptError
 
 from frontier_node.store.redis.codec import text
 
+Call = tuple[list[str], list[object]]
+"""KEYS and ARGV of one script call."""
+
 # KEYS: 1 fence, 2 items, 3 domain meta, 4 states, 5 sched, 6 robots, 7 journal of the line writer, 8 writers,
 # 9.. backlogs of the batch's hosts (declared for Cluster routing; all in the same slot).
 # ARGV: 1 writer, 2 epoch, 3 backlog key prefix, 4 line writer, 5 jmax, 6 imax, 7 JSON array of the lines,
@@ -385,7 +388,7 @@ class Scripts:
             self.load()
             return self._r.evalsha(self.shas[name], len(keys), *keys, *args)
 
-    def run_pipelined(self, name: str, calls: dict[str, tuple[list[str], list[object]]]) -> dict[str, Any]:
+    def run_pipelined(self, name: str, calls: dict[str, Call]) -> dict[str, Any]:
         """Send calls of script `name` in one non-transactional pipeline; reload and resend those that met NOSCRIPT.
 
         `calls` maps a label to (KEYS, ARGV); the answer maps each label to its reply or the exception it met.
@@ -393,7 +396,7 @@ class Scripts:
         return self.run_checked(name, calls)[0]
 
     def run_checked(
-        self, name: str, calls: dict[str, tuple[list[str], list[object]]], before: Sequence[tuple[str, ...]] = ()
+        self, name: str, calls: dict[str, Call], before: Sequence[tuple[str, ...]] = ()
     ) -> tuple[dict[str, Any], list[Any]]:
         """run_pipelined, with plain commands `before` the calls in the same pipeline (read first, same round
         trip); their answers (or the exceptions they met) come second, in order."""

@@ -99,7 +99,7 @@ from frontier_node.store.redis.codec import (
 from frontier_node.store.redis.flight import Flight, Flights, Writer
 from frontier_node.store.redis.handoff import Batch, DomainHandoff, FencedOut
 from frontier_node.store.redis.mail import Mailroom, encode, link_messages, link_row
-from frontier_node.store.redis.scripts import Scripts
+from frontier_node.store.redis.scripts import Call, Scripts
 from hostring.domains import registrable_domain
 from hostring.urls import ROBOTS_PREFIX, domain_of
 
@@ -542,7 +542,7 @@ class RedisStore(Flights, DomainHandoff):
 
     def _write_call(
         self, domain: str, batch: Batch, epoch: int, line_writer: str, lines: list[str] | None = None
-    ) -> tuple[list[str], list[object]]:
+    ) -> Call:
         """KEYS and ARGV of one write-script call for `batch`; `lines` replaces the batch's own journal members."""
         keys = self._keys.script_keys(domain, line_writer)
         qprefix = self._keys.domain(domain, "q:")
