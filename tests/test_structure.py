@@ -13,13 +13,14 @@ third-party library's private attributes (heuristic below).
 from __future__ import annotations
 
 import ast
-import gc
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.sources import parse_module, parse_text
 
 REPO = Path(__file__).resolve().parent.parent
 KERNEL = "hostring"
@@ -56,21 +57,7 @@ def rel(path: Path) -> str:
 
 
 def parse(path: Path) -> ast.Module:
-    return parse_text(path.read_text(encoding="utf-8"), str(path))
-
-
-def parse_text(source: str, filename: str = "<string>") -> ast.Module:
-    """ast.parse with the garbage collector off. CPython 3.11 keeps the AST conversion's recursion counter in state
-    every thread shares, and raised "SystemError: AST constructor recursion depth mismatch" here once (CI, a pytest
-    worker with other threads; gh-106905). The conversion is C code: another thread's parse can only slip in if
-    Python code runs in its middle, which a collection's finalizers would; with the collector off none does."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        return ast.parse(source, filename=filename)
-    finally:
-        if enabled:
-            gc.enable()
+    return parse_module(path.read_text(encoding="utf-8"), str(path))
 
 
 def imported_modules(tree: ast.AST) -> Iterator[tuple[int, str]]:
@@ -186,7 +173,7 @@ def private_uses(source: str, path: str = "<string>") -> list[PrivateUse]:
     `t = httpx.AsyncHTTPTransport()`, or is a parameter annotated with one. `getattr/hasattr/setattr(x, "_name")`
     count too. Attributes in KNOWN_PRIVATE count wherever they appear.
     """
-    tree = parse_text(source, path)
+    tree = parse_module(source, path)
     tainted: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -205,7 +192,9 @@ def private_uses(source: str, path: str = "<string>") -> list[PrivateUse]:
             elif isinstance(node, ast.arg) and node.annotation is not None:
                 annotation = node.annotation
                 if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):  # a string annotation
-                    annotation = ast.parse(annotation.value, mode="eval").body
+                    parsed = parse_text(annotation.value, mode="eval")
+                    assert isinstance(parsed, ast.Expression)
+                    annotation = parsed.body
                 if _from(annotation, tainted):
                     bound.add(node.arg)
         if bound <= tainted:

@@ -21,6 +21,7 @@ from hostring.limits import MAX_MESSAGE_BYTES, grpc_options
 from hostring.security import with_limits
 from hostring.text import escape_control, escape_tree, has_control
 from hostring.v1 import frontier_pb2 as pb
+from tests.sources import parse_module
 
 REPO = Path(__file__).resolve().parent.parent
 PROTO = (REPO / "proto/hostring/v1/frontier.proto").read_text()
@@ -201,7 +202,7 @@ def test_every_grpc_channel_and_server_carries_the_message_limit() -> None:
             if "v1" in path.parts:
                 continue  # generated stubs create nothing
             source = path.read_text()
-            tree = ast.parse(source)
+            tree = parse_module(source, str(path))
             for func in ast.walk(tree):
                 if not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef | ast.Module):
                     continue
