@@ -727,10 +727,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="run the throughput figures N times (membership once) and print the median round by the Redis "
         "Lease+Complete ratio, with every round's ratios (default: 1)",
     )
+    parser.add_argument(
+        "--streams",
+        type=positive_int,
+        metavar="N",
+        help="client threads per node, each with one call in flight, as that many workers' batches would be "
+        f"(default: {Workload.streams_per_node}, one fetch worker's two completion batches in flight)",
+    )
     args = parser.parse_args(argv)
     workload = QUICK if args.quick else Workload()
     if args.nodes:
         workload = replace(workload, node_counts=tuple(args.nodes))
+    if args.streams:
+        workload = replace(workload, streams_per_node=args.streams)
     figures = over_rounds([run(workload, membership=not args.no_membership and n == 0) for n in range(args.rounds)])
     print(json.dumps(figures, indent=2) if args.json else table(figures))
     return 0

@@ -18,9 +18,9 @@ from frontier_node.ops import Op
 
 
 class Pending(Protocol):
-    """A flush started: `done` once its outcome is known; `ready` once `wait()` would not block (the answers are in);
-    `when_ready(callback)` calls back (on any thread) then; `wait()` waits for it and raises what the flush raised
-    (Fenced for refused domains, StoreLost, a connection error)."""
+    """A flush started: `done` once its outcome is known; `ready` once its answers are in (`wait()` then waits for
+    nothing but the flushes begun before it); `when_ready(callback)` calls back (on any thread) then; `wait()` waits
+    for it and raises what the flush raised (Fenced for refused domains, StoreLost, a connection error)."""
 
     @property
     def done(self) -> bool: ...

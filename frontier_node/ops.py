@@ -13,11 +13,12 @@ import asyncio
 import enum
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from frontier_node.core.frontier import Frontier
-from frontier_node.core.ports import Outbox
+from frontier_node.core.ports import Claim, Outbox
 from frontier_node.core.records import Item, LinkLike, LinkVerdict
 from hostring.client import WRONG_OWNER
 from hostring.urls import domain_of
@@ -28,16 +29,28 @@ DISCOVER_SLICE = 1_000
 """Links of one Discover applied per batch (about 10 ms of core time)."""
 COMPLETE_SLICE = 1_000
 """Completions plus their links applied per batch (at least one completion, whatever its links)."""
-Claim = tuple[str, int, str]
-"""A body a completion registers: (digest, simhash, key); a cluster registers a slice's bodies ahead at once."""
+
+
+class Primer(Protocol):
+    """Registers a slice's bodies off the core thread (a cluster's shared body index: RedisBodyIndex)."""
+
+    def prime_later(self, claims: list[Claim]) -> Future[Any]:
+        """Start registering `claims`; the Future answers what `use_primed` takes."""
+        ...
+
+    def use_primed(self, primed: Any) -> None:
+        """Answer the core's claims from `primed` until the next call ({}: claim one by one)."""
+        ...
 
 
 class Step(enum.Enum):
-    """What `run` left to do: nothing, another slice in a later batch, or wait for work (a long-poll Lease)."""
+    """What `run` left to do: nothing, another slice in a later batch, wait for work (a long-poll Lease), or run
+    again once `Op.parked_on` is done, having changed nothing (bodies registered off the core thread)."""
 
     DONE = "done"
     MORE = "more"
     WAIT = "wait"
+    PARK = "park"
 
 
 class Op(Generic[T]):
@@ -52,6 +65,7 @@ class Op(Generic[T]):
         self.loop: asyncio.AbstractEventLoop | None = None
         self.fenced: set[str] = set()
         self.started = False
+        self.parked_on: Future[Any] | None = None  # what a PARK step waits for
 
     def run(self, core: Frontier) -> Step:
         """Apply the next slice (the core thread holds the service lock)."""
@@ -164,8 +178,10 @@ class Settled:
 class Complete(Op[list[Settled]]):
     """Settle leases in request order, in slices of about COMPLETE_SLICE completions-plus-links.
 
-    With `prime` (a cluster's shared body index), the bodies a slice's completions will register are registered
-    first in one call, in request order, and the core's claims then read the answers.
+    With `primer` (a cluster's shared body index), the bodies a slice's completions will register are registered
+    first in one call, in request order, off the core thread: the slice parks (Step.PARK) until the answers are in,
+    and then runs, its claims reading them. A completion whose lease changed meanwhile is judged as it stands then
+    (`_one` checks everything again); its body, registered under its own key, answers nobody as a mirror of itself.
 
     Links whose domain another node owns go to the outbox in the same commit when there is one (the reply then
     carries none), else back in `forward`. A lease whose domain this node does not own answers wrong_owner; one
@@ -180,14 +196,14 @@ class Complete(Op[list[Settled]]):
         completions: Sequence[Any],
         outbox: Outbox | None,
         lease: tuple[str, int] | None = None,
-        prime: Callable[[list[Claim]], None] | None = None,
+        primer: Primer | None = None,
     ) -> None:
         super().__init__()
         self.completions = completions
         self.outbox = outbox
         self.lease = lease
         self.leased: list[Item] = []
-        self.prime = prime
+        self.primer = primer
         self.settled: list[tuple[Settled, str]] = []  # (answer, the lease's domain), in request order
         self._slice_from = 0  # the first completion of the slice the current commit holds
 
@@ -198,19 +214,27 @@ class Complete(Op[list[Settled]]):
         while end < len(self.completions) and (budget > 0 or end == start):
             budget -= 1 + len(self.completions[end].links)
             end += 1
-        prime = self.prime if end - start > 1 else None  # one completion claims on its own: nothing to save
-        if prime is not None:
-            claims = [
-                core.body_claim(r.lease_id, r.generation, r.outcome, worker_id=r.worker_id)
-                for r in self.completions[start:end]
-            ]
-            prime([c for c in claims if c is not None])
+        primer = self.primer if end - start > 1 else None  # one completion claims on its own: nothing to save
+        if primer is not None:
+            primed, self.parked_on = self.parked_on, None
+            if primed is None:
+                claims = [
+                    c
+                    for r in self.completions[start:end]
+                    if (c := core.body_claim(r.lease_id, r.generation, r.outcome, worker_id=r.worker_id)) is not None
+                ]
+                if claims:
+                    self.parked_on = primer.prime_later(claims)
+                    return Step.PARK
+                primer = None
+            else:  # a registration that failed fails the slice before it changes anything
+                primer.use_primed(primed.result())
         try:
             for request in self.completions[start:end]:
                 self.settled.append(self._one(core, request))
         finally:
-            if prime is not None:
-                prime([])  # answers not asked for must not answer a later claim
+            if primer is not None:
+                primer.use_primed({})  # answers not asked for must not answer a later claim
         return Step.MORE if len(self.settled) < len(self.completions) else Step.DONE
 
     @property

@@ -105,6 +105,8 @@ class RunningNode:
                 store.close()
             if self.reader is not None:
                 self.reader.close()
+            if self.slice is not None and self.slice.bodies is not None:
+                self.slice.bodies.close()  # its thread for registering bodies (the core thread has stopped)
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._loop_thread.join(timeout=5.0)
             if not self._loop_thread.is_alive():
@@ -180,7 +182,7 @@ def start_node(
         outbox=outbox,
         reader=reader,
         store_timer=timer,
-        prime_bodies=slice_.bodies.prime if slice_ is not None and slice_.bodies is not None else None,
+        primer=slice_.bodies if slice_ is not None else None,
     )
     loop, loop_thread = start_loop("node-loop")
     service.start()

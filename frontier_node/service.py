@@ -29,7 +29,7 @@ from frontier_node.core.records import Item, Kind, LinkVerdict
 from frontier_node.core.revisit import describe
 from frontier_node.core.views import CoverageInput, HostView
 from frontier_node.core_thread import CoreThread, NodeUnavailable
-from frontier_node.ops import Call, Claim, Complete, Discover, Lease, Op, Settled, lease_domain
+from frontier_node.ops import Call, Complete, Discover, Lease, Op, Primer, Settled, lease_domain
 from frontier_node.reading import StoreReader
 from frontier_node.report import coverage_report
 from frontier_node.wire import DecodeWarnings, UndecodableRequest, handlers
@@ -73,10 +73,10 @@ class FrontierService:
         outbox: Outbox | None = None,
         reader: StoreReader | None = None,
         store_timer: AbstractContextManager[object] | None = None,
-        prime_bodies: Callable[[list[Claim]], None] | None = None,
+        primer: Primer | None = None,
     ) -> None:
         self.frontier = frontier
-        self.prime_bodies = prime_bodies
+        self.primer = primer
         self.node_id = node_id
         self.epoch = epoch
         self.cond = lock or threading.Condition()
@@ -249,10 +249,10 @@ class FrontierService:
         # same core batch (one wake-up), and the Lease, served after the completions, sees the hosts they released.
         parked = None
         if want is not None and request.lease_wait_ms:
-            op = Complete(good, self.outbox, None, self.prime_bodies)
+            op = Complete(good, self.outbox, None, self.primer)
             parked = self.core.submit(Lease(*want, request.lease_wait_ms / 1000.0))
         else:
-            op = Complete(good, self.outbox, want, self.prime_bodies)
+            op = Complete(good, self.outbox, want, self.primer)
         try:
             done: list[Settled] = await self._run(op, context)
         except BaseException:

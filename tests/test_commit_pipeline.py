@@ -6,6 +6,10 @@ connection what Redis holds:
   while reads would go on, so a read that did not wait would see the old row);
 - a flush whose connection is killed mid-pipeline puts its writes back in front of newer ones: nothing is lost
   and the newer row wins;
+- a flush that fails (OOM) halts the flushes sent behind it: none reaches Redis, and all go again in order; one
+  answered NOSCRIPT is loaded and sent again before the flush behind it;
+- the core thread sends the next batch's flush while Redis holds one back, and answers the batches in order;
+- a CompleteBatch whose bodies are being registered in the cluster's index lets the core thread run other calls;
 - a fence met by a flush in flight is handled for its own batch's calls, and the batch that ran meanwhile is
   refused by the same fence and told so;
 - an answered call's writes are in Redis when its answer arrives, while Redis holds writes back now and then;
@@ -34,9 +38,10 @@ from frontier_node.core.frontier import Frontier
 from frontier_node.core.records import Link
 from frontier_node.core.states import State
 from frontier_node.core_thread import TICK_S
-from frontier_node.ops import Call, Discover
+from frontier_node.ops import Call, Complete, Discover, Lease
 from frontier_node.service import FrontierService
 from frontier_node.store.redis import RedisStore
+from frontier_node.store.redis.bodies import RedisBodyIndex
 from frontier_node.store.redis.flight import Flight
 from hostring.clock import WallClock
 from hostring.limits import grpc_options
@@ -132,16 +137,96 @@ def test_a_flush_whose_connection_is_killed_is_sent_again_before_newer_writes(sr
         store.close()
 
 
+def stored_state(admin: redis.Redis, domain: str, key: str) -> str:
+    """The state of `key`'s row as Redis holds it (read past the store, which would land its flushes first)."""
+    raw = admin.hget(f"hostring:{{d:{domain}}}:items", key)
+    assert raw is not None
+    return bytes(raw).split(b"\x1f", 1)[0].decode()
+
+
+def test_a_failed_flush_halts_the_flushes_behind_it_and_all_go_again_in_order(srv: RedisServer) -> None:
+    """Two flushes out: the first meets OOM once Redis lets it through, and Redis takes writes again right after.
+    The second must not reach Redis (it would land, and the first's writes sent again would then land over it);
+    both answer the OOM, and the next flush applies the two in order."""
+    store = RedisStore.from_url(srv.url, node_id="n1", epoch=1)
+    admin = redis.Redis.from_url(srv.url)
+    try:
+        a = page("/a", "h.example", 1)
+        jseq = admit(store, 1, a)
+        store.flush()
+        admin.client_pause(5_000, all=False)
+        a.state = State.LEASED
+        store.record(make_entry(jseq, a.key, "scheduled", "lease", "leased"), a)
+        first = store.begin_flush()
+        held_back(admin)
+        a.state = State.FETCHED
+        store.record(make_entry(jseq + 1, a.key, "leased", "complete", "fetched"), a)
+        second = store.begin_flush()
+        assert isinstance(first, Flight) and isinstance(second, Flight) and store.flights_out == 2
+        admin.config_set("maxmemory", 1)
+        admin.client_unpause()
+        deadline = time.monotonic() + 10
+        while not first.ready:
+            assert time.monotonic() < deadline, "the first flush was never answered"
+            time.sleep(0.005)
+        admin.config_set("maxmemory", 0)
+        time.sleep(0.3)  # a writer that went on would send the second flush now, and Redis would apply it
+        assert stored_state(admin, "h.example", a.key) == "scheduled", "a flush behind a failed one reached Redis"
+        for flight in (first, second):
+            with pytest.raises(redis.exceptions.OutOfMemoryError):
+                flight.wait()
+        assert store.flights_out == 0
+        store.flush()
+        assert stored_state(admin, "h.example", a.key) == "fetched", "the older write landed over the newer one"
+        assert [e.event for e in store.history(a.key)] == ["admit", "schedule", "lease", "complete"]
+    finally:
+        admin.config_set("maxmemory", 0)
+        admin.close()
+        store.close()
+
+
+def test_a_flush_answered_noscript_is_sent_again_before_the_flush_behind_it(srv: RedisServer) -> None:
+    """A server that forgot its scripts (restarted, failed over) answers NOSCRIPT: the first flush's call is loaded
+    and sent again on the writer thread before the second goes, so both land, in order, and neither fails."""
+    store = RedisStore.from_url(srv.url, node_id="n1", epoch=1)
+    admin = redis.Redis.from_url(srv.url)
+    try:
+        a = page("/a", "h.example", 1)
+        jseq = admit(store, 1, a)
+        store.flush()
+        admin.script_flush()
+        admin.client_pause(5_000, all=False)
+        a.state = State.LEASED
+        store.record(make_entry(jseq, a.key, "scheduled", "lease", "leased"), a)
+        first = store.begin_flush()
+        held_back(admin)
+        a.state = State.FETCHED
+        store.record(make_entry(jseq + 1, a.key, "leased", "complete", "fetched"), a)
+        second = store.begin_flush()
+        admin.client_unpause()
+        second.wait()
+        first.wait()
+        assert stored_state(admin, "h.example", a.key) == "fetched"
+        assert [e.event for e in store.history(a.key)] == ["admit", "schedule", "lease", "complete"]
+    finally:
+        admin.client_unpause()
+        admin.close()
+        store.close()
+
+
 # ============================================================================================== the core thread
 
 
 class Node:
     """A FrontierService on a RedisStore, its core thread running; `submit` hands it ops from a loop of our own."""
 
-    def __init__(self, url: str, epoch: int = 1) -> None:
+    def __init__(self, url: str, epoch: int = 1, *, bodies: bool = False) -> None:
         self.store = RedisStore.from_url(url, node_id="n1", epoch=epoch)
         self.frontier = Frontier(self.store, WallClock(), CONFIG)
-        self.service = FrontierService(self.frontier)
+        self.bodies = RedisBodyIndex(self.store.client) if bodies else None
+        if self.bodies is not None:
+            self.frontier.attach_cluster(self.store, self.bodies)
+        self.service = FrontierService(self.frontier, primer=self.bodies)
         self.fenced: list[set[str]] = []
         self.service.on_fenced = self._let_go
         self.loop = asyncio.new_event_loop()
@@ -174,6 +259,8 @@ class Node:
         self.service.stop()
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
+        if self.bodies is not None:
+            self.bodies.close()
         self.store.close()
 
 
@@ -235,6 +322,80 @@ def test_a_call_queued_while_a_flush_is_held_back_runs_before_the_flush_lands(sr
         admin.client_unpause()
         admin.close()
         node.close()
+
+
+def test_the_next_flush_goes_while_redis_holds_one_back_and_batches_answer_in_order(srv: RedisServer) -> None:
+    """Batch A's flush is held by Redis; batch B runs and its flush is sent behind A's (two out at once) rather
+    than once A's landed. A is answered before B, each once its own writes are in Redis."""
+    node = Node(srv.url)
+    admin = redis.Redis.from_url(srv.url)
+    try:
+        (ready,) = node.submit(Discover(links("d.example", 1, "seed")))
+        ready.result(RPC_S)
+        admin.client_pause(4_000, all=False)
+        (a,) = node.submit(Discover(links("d.example", 3, "a")))
+        held_back(admin)
+        (b,) = node.submit(Discover(links("e.example", 3, "b")))
+        deadline = time.monotonic() + 10
+        while node.store.flights_out < 2:
+            assert time.monotonic() < deadline, "batch B's flush waited for batch A's to land"
+            time.sleep(0.005)
+        assert not a.done() and not b.done()
+        answered: list[str] = []
+        a.add_done_callback(lambda _: answered.append("a"))
+        b.add_done_callback(lambda _: answered.append("b"))
+        admin.client_unpause()
+        a.result(RPC_S)
+        b.result(RPC_S)
+        assert answered == ["a", "b"]
+        assert {k.decode() for k in admin.hkeys("hostring:{d:e.example}:items")} >= {
+            f"http://e.example/b{i}" for i in range(3)
+        }
+    finally:
+        admin.client_unpause()
+        admin.close()
+        node.close()
+
+
+def test_other_calls_run_while_a_completion_batch_registers_its_bodies(srv: RedisServer) -> None:
+    """The cluster's body index answers a CompleteBatch's claims off the core thread: while Redis holds them back,
+    another call runs. The completions then settle with the index's answers (the second page, fetched with the
+    same body, is its duplicate)."""
+    node = Node(srv.url, bodies=True)
+    admin = redis.Redis.from_url(srv.url)
+    try:
+        hosts = ("a.d.example", "b.d.example")
+        (ready,) = node.submit(Discover([Link(observed=f"http://{h}/p", seed=True) for h in hosts]))
+        ready.result(RPC_S)
+        (robots,) = node.submit(Lease("w", 10, 0.0))
+        items = robots.result(RPC_S).items
+        assert len(items) == 2  # each origin's robots.txt first
+        (done,) = node.submit(Complete([completion(it, 404, "") for it in items], None))
+        done.result(RPC_S)
+        (pages,) = node.submit(Lease("w", 10, 0.0))
+        items = pages.result(RPC_S).items
+        assert sorted(it.url for it in items) == sorted(f"http://{h}/p" for h in hosts)
+        admin.client_pause(4_000, all=False)
+        (settled,) = node.submit(Complete([completion(it, 200, "sha256:" + "ab" * 32) for it in items], None, None,
+                                          node.bodies))  # fmt: skip
+        held_back(admin)  # the claims are in Redis, held
+        ran = threading.Event()
+        node.submit(Call(lambda core: ran.set()))
+        assert ran.wait(2.0) and not settled.done(), "the core thread waited for the bodies' registration"
+        admin.client_unpause()
+        answers = settled.result(RPC_S)
+        assert [a.accepted for a in answers] == [True, True]
+        assert sorted(a.reason for a in answers) == ["200", "duplicate_body"]
+    finally:
+        admin.client_unpause()
+        admin.close()
+        node.close()
+
+
+def completion(item: Any, status: int, digest: str) -> pb.CompleteRequest:
+    """The completion of a leased core Item with `status` (and a body `digest`), by worker "w"."""
+    outcome = pb.Outcome(status=status, retry_after_s=-1, content_type="text/html", body_digest=digest)
+    return pb.CompleteRequest(lease_id=item.key, generation=item.generation, outcome=outcome, worker_id="w")
 
 
 # ============================================================================================== served over gRPC

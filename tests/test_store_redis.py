@@ -16,10 +16,11 @@ import pytest
 import redis
 from redis.cluster import RedisCluster
 
-from frontier_node.core.ports import BodyClaim
+from frontier_node.core.ports import BodyClaim, Claim
 from frontier_node.core.records import Item, Link
 from frontier_node.core.states import State
 from frontier_node.store.redis import FencedOut, RedisStore, flight
+from frontier_node.store.redis.bodies import RedisBodyIndex
 from frontier_node.store.redis.codec import pack_row
 from frontier_node.store.redis.handoff import Batch
 from frontier_node.store.redis.mail import row_link
@@ -388,9 +389,12 @@ def test_a_flush_with_text_outside_ascii_lands_string_for_string(
     assert stored is not None and stored.decode() == pack_row(items[1], 3)
 
 
-def test_primed_body_claims_answer_as_claims_one_by_one(client: Client, redis_namespace: str) -> None:
-    from frontier_node.store.redis.bodies import RedisBodyIndex
+def prime(index: RedisBodyIndex, claims: list[Claim]) -> None:
+    """Register `claims` as a CompleteBatch slice does (on the index's own thread), then answer claims from them."""
+    index.use_primed(index.prime_later(claims).result(10))
 
+
+def test_primed_body_claims_answer_as_claims_one_by_one(client: Client, redis_namespace: str) -> None:
     claims = [
         ("sha256:aa", 0x1111_2222_3333_4444, "https://a.org/1"),
         ("sha256:bb", 0x1111_2222_3333_4445, "https://b.org/1"),  # near the first
@@ -401,7 +405,7 @@ def test_primed_body_claims_answer_as_claims_one_by_one(client: Client, redis_na
     one_by_one = RedisBodyIndex(client, redis_namespace + "-seq")
     expected = [one_by_one.claim(*c) for c in claims]
     primed = RedisBodyIndex(client, redis_namespace)
-    primed.prime(claims)
+    prime(primed, claims)
     if isinstance(client, redis.Redis):
         before = _calls(client)
         assert [primed.claim(*c) for c in claims] == expected
@@ -577,9 +581,9 @@ def test_the_claim_script_of_each_server_version_registers_and_answers_alike(
         monkeypatch.setattr(bodies, "server_version", lambda client, v=claimed: v)
         ns = f"{redis_namespace}-{label}"
         index = bodies.RedisBodyIndex(redis_client, ns)
-        index.prime(claims[:3])
+        prime(index, claims[:3])
         answers[label] = [index.claim(*c) for c in claims[:3]]
-        index.prime(claims[3:])
+        prime(index, claims[3:])
         answers[label] += [index.claim(*c) for c in claims[3:]]
         names = sorted(k.decode().removeprefix(ns) for k in redis_client.scan_iter(match=f"{ns}:*"))
         dumps[label] = {n: redis_client.dump(ns + n) for n in names}
@@ -610,7 +614,7 @@ def test_a_user_not_allowed_info_opens_the_body_index_with_the_oldest_claim_scri
             assert bodies.server_version(limited) == (0,)
             index = bodies.RedisBodyIndex(limited, redis_namespace)
             claims = [("sha256:ee", 0, "https://a.org/"), ("sha256:ee", 0, "https://b.org/")]
-            index.prime(claims)  # a batch: the claim script the index chose, not the one-claim pipeline
+            prime(index, claims)  # a batch: the claim script the index chose, not the one-claim pipeline
             assert index.claim(*claims[0]) == BodyClaim(None, False)
             assert index.claim(*claims[1]) == BodyClaim("https://a.org/", False)
     finally:

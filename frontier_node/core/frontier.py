@@ -477,7 +477,7 @@ class Frontier(RobotsItems, Handback, RevisitItems):
         self, key: str, generation: int, outcome: OutcomeLike, *, worker_id: str | None = None
     ) -> tuple[str, int, str] | None:
         """The (digest, simhash, key) `complete` would register in the body index for this outcome, else None: a
-        shell registers a batch's bodies ahead in one round trip with it (see RedisBodyIndex.prime). `worker_id`
+        shell registers a batch's bodies ahead in one round trip with it (see RedisBodyIndex.prime_later). `worker_id`
         as for `complete`: a completion it would refuse claims nothing."""
         item = self._leases.leased(key)
         if item is None or item.generation != generation or outcome.error_class == HANDED_BACK:

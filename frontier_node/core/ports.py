@@ -54,6 +54,10 @@ class BodyClaim(NamedTuple):
     near: bool
 
 
+Claim = tuple[str, int, str]
+"""A body a completion registers in a BodyIndex: (digest, simhash, key)."""
+
+
 class BodyIndex(Protocol):
     """Bodies already fetched, for dedup: one node's memory alone, or shared by every node of a cluster.
 

@@ -16,14 +16,19 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from concurrent.futures import Future
 from typing import Any, Final, NamedTuple
 
 import orjson
 from redis.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
-from frontier_node.core.ports import BodyClaim
+from frontier_node.core.ports import BodyClaim, Claim
 from frontier_node.store.redis.codec import check_tag_free, text
+from frontier_node.store.redis.flight import Writer
+
+Primed = dict[Claim, list[BodyClaim]]
+"""The answers of registered claims, by claim, for the `claim` calls that follow."""
 
 _FIRST_WINS: Final = """
 local first = redis.call('GET', KEYS[1])
@@ -110,7 +115,8 @@ class RedisBodyIndex:
         self._r = client
         self._ns = namespace
         self.max_distance = max_distance
-        self._primed: dict[tuple[str, int, str], list[BodyClaim]] = {}
+        self._primed: Primed = {}
+        self._sender: Writer | None = None  # prime_later's thread, started at its first call
         self._band_prefixes = [f"{namespace}:{{s:{band}:" for band in range(4)]  # band_key's, before the value
         single = not isinstance(client, RedisCluster)
         self._claim_all = client.register_script(claim_all_script(server_version(client))) if single else None
@@ -124,17 +130,35 @@ class RedisBodyIndex:
     def band_key(self, band: int, value: int) -> str:
         return f"{self._band_prefixes[band]}{value:04x}}}"
 
-    def prime(self, claims: Sequence[tuple[str, int, str]]) -> None:
-        """Register a batch of bodies (digest, simhash, key) in one round trip, in order, keeping the answers
-        for the `claim` calls that follow (the core claims one at a time). On a single server one script call does
-        what the claims would do one after the other; on a Cluster one pipeline holds the commands they would send,
-        in the same order (every key's commands keep their order, so the answers are the same). Answers not asked
-        for are dropped at the next prime."""
-        self._primed = {}
+    def prime_later(self, claims: Sequence[Claim]) -> Future[Primed]:
+        """Register a batch of bodies (digest, simhash, key) in one round trip, in order, on the index's own thread:
+        the Future answers what `use_primed` then hands to the `claim` calls that follow (the core claims one at a
+        time). The core thread goes on meanwhile: a registration was a round trip it sat out, behind the flush
+        Redis was applying. On a single server one script call does what the claims would do one after the other;
+        on a Cluster one pipeline holds the commands they would send, in the same order (every key's commands keep
+        their order, so the answers are the same)."""
+        if self._sender is None:
+            self._sender = Writer("redis-claims")
+        return self._sender.submit(lambda: self._register(claims))
+
+    def use_primed(self, primed: Primed) -> None:
+        """Answer the `claim` calls that follow from `primed` (a `prime_later`'s answer; {}: from Redis, one by one:
+        answers not asked for must not answer a later claim)."""
+        self._primed = primed
+
+    def close(self) -> None:
+        """Stop the thread of `prime_later`, if it started."""
+        if self._sender is not None:
+            self._sender.close()
+            self._sender = None
+
+    def _register(self, claims: Sequence[Claim]) -> Primed:
+        """Register `claims` in one round trip, in order: their answers by claim."""
+        primed: Primed = {}
         plans = [(c, self._plan(*c)) for c in claims]
         todo = [(c, plan) for c, plan in plans if plan is not None]
         if not todo:
-            return
+            return primed
         if self._claim_all is None:
             pipe = self._pipeline()
             for _, plan in todo:
@@ -152,7 +176,8 @@ class RedisBodyIndex:
                 for (_, plan), (first, seen) in zip(todo, found, strict=True)
             ]
         for (claim, plan), reply in zip(todo, replies, strict=True):
-            self._primed.setdefault(claim, []).append(self._answer(reply, plan))
+            primed.setdefault(claim, []).append(self._answer(reply, plan))
+        return primed
 
     def claim(self, digest: str, simhash: int, key: str) -> BodyClaim:
         """Register `key`'s body; the key first fetched with the same digest (not `key` itself) and whether a

@@ -1,15 +1,19 @@
-"""A flush of the Redis store on its way: the buffers it took, the pipeline's answers to come, and its outcome.
+"""Flushes of the Redis store on their way: the buffers each took, the pipeline's answers to come, and its outcome.
 
 `RedisStore.begin_flush()` packs every buffered write into one pipeline, takes the buffers (writes buffered from
 then on start afresh) and sends the pipeline on the store's writer thread: the caller goes on with other work and
-calls `Flight.wait()` when it needs the outcome. The store settles a flight (reads the answers and settles the
-buffers by them, exactly as a synchronous flush does) at its `wait()` or at the store's next call that touches
-Redis, whichever comes first. So at most one flight is out, Redis applies the store's writes in the order they
-were begun, and every read sees every write begun before it.
+calls `Flight.wait()` when it needs the outcome. Several flights may be out at once (the core thread keeps up to
+two: core_thread.FLIGHTS); the writer thread sends them one after the other, so Redis applies the store's writes in
+the order they were begun. The store lands flights in that order (reads the answers and settles the buffers by
+them, exactly as a synchronous flush does): a flight's `wait()` lands it and those before it, and every store call
+that reads Redis lands them all first, so every read sees every write begun before it.
 
-A flight that did not land (a connection error, a failed script) puts what it took back in front of the writes
-buffered since (`Taken.then`): to the store it is as if that flush had failed when it was begun, and the next
-flush sends both, in order.
+A flight that did not land whole (a connection error, a failed script) halts the writer: no flight behind it is
+sent. Landing it puts what it took, then what each flight behind it took, back in front of the writes buffered
+since (`Taken.then`), answers those flights with the same error, and lets the writer go on: to the store it is as
+if those flushes had failed when they were begun, and the next flush sends them all, in order. A script call
+answered NOSCRIPT (a restarted server) is loaded and sent again on the writer thread, before the next flight goes:
+sent later, it would land behind newer writes.
 
 A big flush goes as several write_all calls in the same pipeline, each about PART_ROWS rows and lines (`parts`):
 redis-server runs a script to its end before it serves anyone else, but it reads an argument over 32 KB on its own
@@ -28,7 +32,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from redis.exceptions import NoScriptError
 
@@ -37,6 +41,8 @@ from frontier_node.core.records import Entry
 from frontier_node.store.redis.handoff import Batch, FencedOut
 from frontier_node.store.redis.scripts import Call, Scripts
 from hostring.thread_names import name_os_thread
+
+T = TypeVar("T")
 
 PART_ROWS: Final = 256
 """Rows and journal lines a write_all call of a flush holds before the next domain starts another (see the module
@@ -101,8 +107,22 @@ class Taken:
         )
 
 
+class NotSent(ConnectionError):
+    """A flush was not sent: one begun before it did not land (its writes are buffered again, behind that one's)."""
+
+
+@dataclass(slots=True)
+class Packed:
+    """A flush packed and not sent yet: its pipeline, whether node-scoped writes lead it, and its write_all calls
+    (each with the batches it carries)."""
+
+    pipe: Any
+    node: bool
+    calls: list[tuple[dict[str, Batch], Call]]
+
+
 class Flight:
-    """One flush sent and not settled yet. `wait()` settles it (unless a store call did first) and raises what the
+    """One flush sent and not landed yet. `wait()` lands it (unless a store call did first) and raises what the
     flush raised: FencedOut for refused domains, StoreLost, a connection error."""
 
     def __init__(
@@ -122,15 +142,15 @@ class Flight:
         self.node = node  # node-scoped writes were queued (their answers first, then the instance marker's)
         self.calls = calls  # the write_all calls, last in the pipeline: each with the batches it carries
         self.error: BaseException | None = None
-        self.done = False  # settled
+        self.done = False  # landed
 
     @property
     def ready(self) -> bool:
-        """The answers are in: `wait()` will not block on Redis."""
+        """The answers are in: `wait()` will not block on Redis (unless a flight before it is still out)."""
         return self.done or self.answers.done()
 
     def when_ready(self, callback: Callable[[], None]) -> None:
-        """Call back (on the writer thread, or now) once the answers are in: `wait()` will not block on Redis."""
+        """Call back (on the writer thread, or now) once the answers are in."""
         self.answers.add_done_callback(lambda _: callback())
 
     def wait(self) -> None:
@@ -141,17 +161,30 @@ class Flight:
 
 
 class Writer:
-    """A daemon thread that sends a store's pipelines in order (a daemon: a Redis that stopped answering must not
-    hold the node's process at exit)."""
+    """A daemon thread that runs calls to Redis in order, each answering a Future (a daemon: a Redis that stopped
+    answering must not hold the node's process at exit).
 
-    def __init__(self, name: str) -> None:
-        self._jobs: queue.SimpleQueue[tuple[Future[list[Any]], Callable[[], list[Any]]] | None] = queue.SimpleQueue()
+    `halt()` (or a call that raised, when `halts`) stops it from running the calls behind: each is answered NotSent
+    until `resume()`. Flushes use that to keep their order (see the module docstring)."""
+
+    def __init__(self, name: str, *, halts: bool = False) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Future[Any], Callable[[], Any]] | None] = queue.SimpleQueue()
+        self._halts = halts
+        self._halted = False
         threading.Thread(target=self._run, name=name, daemon=True).start()
 
-    def submit(self, send: Callable[[], list[Any]]) -> Future[list[Any]]:
-        answers: Future[list[Any]] = Future()
+    def submit(self, send: Callable[[], T]) -> Future[T]:
+        answers: Future[T] = Future()
         self._jobs.put((answers, send))
         return answers
+
+    def halt(self) -> None:
+        """Answer the calls behind the running one NotSent (called from the running call, on this thread)."""
+        self._halted = True
+
+    def resume(self) -> None:
+        """Run calls again (once every call answered NotSent is accounted for)."""
+        self._halted = False
 
     def close(self) -> None:
         self._jobs.put(None)
@@ -160,10 +193,16 @@ class Writer:
         name_os_thread()
         while (job := self._jobs.get()) is not None:
             answers, send = job
+            if self._halted:
+                answers.set_exception(NotSent("not sent: a flush begun before it did not land"))
+                continue
             try:
-                answers.set_result(send())
+                result = send()
             except BaseException as e:
+                self._halted = self._halts
                 answers.set_exception(e)
+            else:
+                answers.set_result(result)
 
 
 class Flights:
@@ -175,7 +214,7 @@ class Flights:
     instance: str
     _instance_key: str
     _scripts: Scripts
-    _flight: Flight | None
+    _flights: list[Flight]
     _writer: Writer | None
     _lock: threading.RLock
     _known_domains: set[str]
@@ -204,28 +243,56 @@ class Flights:
     def _verify_instance(self, value: object) -> None:
         raise NotImplementedError
 
+    @property
+    def flights_out(self) -> int:
+        """Flushes sent (or queued on the writer thread) and not landed yet."""
+        return len(self._flights)
+
     def _settle(self) -> None:
-        """Wait for the flight out, if any, and settle the buffers by its answers; its error is kept for its
-        `wait()` (the lock is held)."""
-        flight = self._flight
-        if flight is None:
-            return
-        self._flight = None
+        """Land every flight out, in order; each one's error is kept for its `wait()` (the lock is held)."""
+        while self._flights:
+            self._land_first()
+
+    def _settle_flight(self, flight: Flight) -> None:
+        with self._lock:
+            while not flight.done and self._flights:
+                self._land_first()
+
+    def _land_first(self) -> None:
+        """Wait for the oldest flight out and settle the buffers by its answers (see `_landed`)."""
+        flight = self._flights.pop(0)
         try:
             self._landed(flight)
         except Exception as e:
             flight.error = e
         flight.done = True
 
-    def _settle_flight(self, flight: Flight) -> None:
-        with self._lock:
-            if self._flight is flight:
-                self._settle()
-
     def _send_one(self, epoch: int, *, inline: bool) -> Flight | Flushed:
         """A flush on a single server in one round trip: the node-scoped writes, then write_all script calls for
         the domains' batches (the fences checked in the script; one call per part, see `parts`), in one pipeline,
-        sent on the writer thread or `inline`; the buffers go with it (flight.py)."""
+        sent on the writer thread behind the flights out, or `inline` once they landed; the buffers go with it."""
+        if inline:
+            self._settle()
+        packed = self._pack(epoch)
+        if packed is None:
+            return Flushed()
+        answers: Future[list[Any]] = Future()
+        if inline:
+            try:
+                answers.set_result(self._execute(packed, None))
+            except Exception as e:
+                answers.set_exception(e)
+        else:
+            if self._writer is None:
+                self._writer = Writer(f"redis-flush-{self.node_id}", halts=True)
+            writer = self._writer
+            answers = writer.submit(lambda: self._execute(packed, writer))
+        flight = Flight(self._settle_flight, answers, self._take(), epoch=epoch, node=packed.node, calls=packed.calls)
+        self._flights.append(flight)
+        return flight
+
+    def _pack(self, epoch: int) -> Packed | None:
+        """The buffers as one pipeline (see `_send_one`); None when nothing is buffered."""
         pipe = self._pipeline()
         node = self._queue_node(pipe, epoch)
         calls: list[tuple[dict[str, Batch], Call]] = []
@@ -237,49 +304,47 @@ class Flights:
                 pipe.execute_command("EVALSHA", sha, 1, *call[0], *call[1])
                 calls.append((batches, call))
         elif not node:
-            return Flushed()
-        answers: Future[list[Any]] = Future()
-        if inline:
-            try:
-                answers.set_result(pipe.execute(raise_on_error=False))
-            except Exception as e:
-                answers.set_exception(e)
-        else:
-            if self._writer is None:
-                self._writer = Writer(f"redis-flush-{self.node_id}")
-            answers = self._writer.submit(lambda: pipe.execute(raise_on_error=False))
-        self._flight = Flight(self._settle_flight, answers, self._take(), epoch=epoch, node=node, calls=calls)
-        return self._flight
+            return None
+        return Packed(pipe, node, calls)
+
+    def _execute(self, packed: Packed, writer: Writer | None) -> list[Any]:
+        """Send a packed flush and read its answers; a write_all part answered NOSCRIPT is loaded and sent again
+        here, before anything behind it. Any answer still an error halts `writer` (see the module docstring)."""
+        answers: list[Any] = packed.pipe.execute(raise_on_error=False)
+        first = len(answers) - len(packed.calls)
+        for n, (_, call) in enumerate(packed.calls):
+            if isinstance(answers[first + n], NoScriptError):
+                try:
+                    answers[first + n] = self._scripts.eval("write_all", *call)
+                except Exception as e:
+                    answers[first + n] = e
+        if writer is not None and any(isinstance(a, BaseException) for a in answers):
+            writer.halt()
+        return answers
 
     def _landed(self, flight: Flight) -> None:
         """Settle the buffers by a flight's answers: what landed is done; what did not goes back in front of the
-        writes buffered since, and its error is raised; StoreLost or FencedOut as a flush raises them."""
+        writes buffered since (with the flights behind it, none of them sent), and its error is raised; StoreLost or
+        FencedOut as a flush raises them."""
         taken, calls = flight.taken, flight.calls
         try:
             answers = flight.answers.result()
-            if flight.node:
-                *written, instance = answers[: len(answers) - len(calls)]
-                for answer in written:
-                    if isinstance(answer, BaseException):
-                        raise answer
-        except Exception:
-            self._put_back(taken)
+            for answer in answers[: len(answers) - len(calls)]:  # the node-scoped writes and the instance marker
+                if isinstance(answer, BaseException):
+                    raise answer
+        except Exception as e:
+            self._put_back(taken, e)
             raise
         if flight.node:
             self._known_domains |= taken.new_domains
-            self._verify_instance(instance)
+            self._verify_instance(answers[len(answers) - len(calls) - 1])
         if not calls:
             return
         results = answers[len(answers) - len(calls) :]
-        try:
-            for n, ((_, call), res) in enumerate(zip(calls, results, strict=True)):
-                if isinstance(res, NoScriptError):
-                    results[n] = self._scripts.eval("write_all", *call)
-                elif isinstance(res, BaseException):
-                    raise res
-        except Exception:
-            self._put_back(Taken(taken.batches))  # parts that landed are sent again: the script is idempotent
-            raise
+        for res in results:
+            if isinstance(res, BaseException):
+                self._put_back(Taken(taken.batches), res)  # parts that landed are sent again: the script is idempotent
+                raise res
         refused: list[FencedOut] = []
         for (batches, _), res in zip(calls, results, strict=True):
             refused += self._applied(batches, flight.epoch, res)
@@ -296,9 +361,18 @@ class Flights:
         self._new_keydom, self._new_hostdom, self._links_out, self._posts, self._breaches = {}, {}, {}, {}, {}
         return taken
 
-    def _put_back(self, taken: Taken) -> None:
-        """Buffer `taken` again, in front of what was buffered since (a flush that did not land)."""
+    def _put_back(self, taken: Taken, error: BaseException) -> None:
+        """Buffer `taken` again, in front of what was buffered since (a flush that did not land), with what the
+        flights behind it took in between: the writer halted at the failure and sent none of them. They are
+        answered with the same `error`, and the writer goes on."""
+        behind, self._flights = self._flights, []
+        for flight in behind:
+            flight.answers.exception()  # answered NotSent by the halted writer: wait for it, so none can still go
+            taken = taken.then(flight.taken)
+            flight.error, flight.done = error, True
         m = taken.then(self._take())
         self._batches, self._orphans, self._meta = m.batches, m.orphans, m.meta
         self._new_domains, self._new_keydom, self._new_hostdom = m.new_domains, m.new_keydom, m.new_hostdom
         self._links_out, self._posts, self._breaches = m.links_out, m.posts, m.breaches
+        if self._writer is not None:
+            self._writer.resume()

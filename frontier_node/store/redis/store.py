@@ -20,9 +20,10 @@ On a Cluster: the node-scoped writes in their own round trip, then one script ca
 (a script cannot span slots there). Atomic per domain either way, not across domains: a FencedOut names the
 refused domains, and every other domain's batch landed.
 `begin_flush()` starts the single server's flush and returns before its answer (the core thread runs its next
-batch meanwhile): the pipeline goes out on the store's writer thread with the buffers it took, and every other
-call that touches Redis (a read, a flush, a claim) settles it first, so writes apply in order and reads see
-them; a flush that did not land puts its writes back in front of newer ones (flight.py).
+batch meanwhile): the pipeline goes out on the store's writer thread with the buffers it took, behind the flushes
+already out, and every other call that touches Redis (a read, a synchronous flush, a claim) lands them all first,
+so writes apply in order and reads see them; a flush that did not land puts its writes, and those of the flushes
+behind it (none sent), back in front of newer ones (flight.py).
 A `note()` goes to the domain its key names (the node's key table, else the URL in the key); a key that is
 not a URL goes to the node's orphan lines.
 
@@ -153,7 +154,7 @@ class RedisStore(Flights, DomainHandoff):
         self._named_writer: set[str] = set()  # domains whose writers set names this node (write_all skips the SADD)
         self._imax_landed: dict[str, int] = {}  # domain -> the highest imax this node's flushes landed there
         self._lost: StoreLost | None = None
-        self._flight: Flight | None = None  # the flush sent and not settled yet (flight.py)
+        self._flights: list[Flight] = []  # flushes sent and not landed yet, oldest first (flight.py)
         self._writer: Writer | None = None  # started at the first begin_flush
         self._instance_key = f"{namespace}:{{all}}:instance"
         self._r.set(self._instance_key, uuid.uuid4().hex, nx=True)
@@ -366,8 +367,9 @@ class RedisStore(Flights, DomainHandoff):
 
     def begin_flush(self) -> Flight | Flushed:
         """Start a flush and return without its answer: on a single server its pipeline is sent on the store's
-        writer thread, and `wait()` on the result settles it as `flush()` would have (see flight.py). Every
-        other call that touches Redis settles it first. On a Cluster the flush runs at once."""
+        writer thread behind the flushes out, and `wait()` on the result lands it (and those before it) as `flush()`
+        would have (see flight.py). Every other call that touches Redis lands them all first. On a Cluster the flush
+        runs at once."""
         with self._lock:
             return self._begin(inline=False)
 
@@ -375,8 +377,9 @@ class RedisStore(Flights, DomainHandoff):
         self._begin(inline=True).wait()
 
     def _begin(self, *, inline: bool) -> Flight | Flushed:
-        """Settle the flight out, then start flushing the buffers: on the writer thread, or `inline`."""
-        self._settle()
+        """Start flushing the buffers: on the writer thread behind the flights out, or `inline` once they landed."""
+        if inline or not self._single:
+            self._settle()
         if self._closed:
             raise RuntimeError("store is closed")
         self._guard()
@@ -414,6 +417,7 @@ class RedisStore(Flights, DomainHandoff):
         unknown = [e.key for e in self._notes if not self._buffered_domain(e.key)]
         stored: dict[str, str] = {}
         if unknown:
+            self._settle()  # the table read below must see every write begun
             found = self._r.hmget(self._keys.node + "keydom", unknown)
             stored = {k: text(d) for k, d in zip(unknown, found, strict=True) if d is not None}
         orphans: list[Entry] = []
