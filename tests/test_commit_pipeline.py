@@ -35,7 +35,7 @@ import redis
 
 from frontier_node.core.config import FrontierConfig, PolitenessConfig
 from frontier_node.core.frontier import Frontier
-from frontier_node.core.records import Link
+from frontier_node.core.records import Item, Link
 from frontier_node.core.states import State
 from frontier_node.core_thread import TICK_S
 from frontier_node.ops import Call, Complete, Discover, Lease
@@ -144,6 +144,27 @@ def stored_state(admin: redis.Redis, domain: str, key: str) -> str:
     return bytes(raw).split(b"\x1f", 1)[0].decode()
 
 
+def lease_and_complete_held(
+    store: RedisStore, admin: redis.Redis, before: Callable[[], object] = lambda: None
+) -> tuple[Item, Flight, Flight]:
+    """Admit a page and flush; run `before`; then, Redis holding writes back (CLIENT PAUSE WRITE, 5 s), begin two
+    flushes: the page's lease, then its completion. The page and the two flights, both out."""
+    a = page("/a", "h.example", 1)
+    jseq = admit(store, 1, a)
+    store.flush()
+    before()
+    admin.client_pause(5_000, all=False)
+    a.state = State.LEASED
+    store.record(make_entry(jseq, a.key, "scheduled", "lease", "leased"), a)
+    first = store.begin_flush()
+    held_back(admin)
+    a.state = State.FETCHED
+    store.record(make_entry(jseq + 1, a.key, "leased", "complete", "fetched"), a)
+    second = store.begin_flush()
+    assert isinstance(first, Flight) and isinstance(second, Flight) and store.flights_out == 2
+    return a, first, second
+
+
 def test_a_failed_flush_halts_the_flushes_behind_it_and_all_go_again_in_order(srv: RedisServer) -> None:
     """Two flushes out: the first meets OOM once Redis lets it through, and Redis takes writes again right after.
     The second must not reach Redis (it would land, and the first's writes sent again would then land over it);
@@ -151,18 +172,7 @@ def test_a_failed_flush_halts_the_flushes_behind_it_and_all_go_again_in_order(sr
     store = RedisStore.from_url(srv.url, node_id="n1", epoch=1)
     admin = redis.Redis.from_url(srv.url)
     try:
-        a = page("/a", "h.example", 1)
-        jseq = admit(store, 1, a)
-        store.flush()
-        admin.client_pause(5_000, all=False)
-        a.state = State.LEASED
-        store.record(make_entry(jseq, a.key, "scheduled", "lease", "leased"), a)
-        first = store.begin_flush()
-        held_back(admin)
-        a.state = State.FETCHED
-        store.record(make_entry(jseq + 1, a.key, "leased", "complete", "fetched"), a)
-        second = store.begin_flush()
-        assert isinstance(first, Flight) and isinstance(second, Flight) and store.flights_out == 2
+        a, first, second = lease_and_complete_held(store, admin)
         admin.config_set("maxmemory", 1)
         admin.client_unpause()
         deadline = time.monotonic() + 10
@@ -191,18 +201,7 @@ def test_a_flush_answered_noscript_is_sent_again_before_the_flush_behind_it(srv:
     store = RedisStore.from_url(srv.url, node_id="n1", epoch=1)
     admin = redis.Redis.from_url(srv.url)
     try:
-        a = page("/a", "h.example", 1)
-        jseq = admit(store, 1, a)
-        store.flush()
-        admin.script_flush()
-        admin.client_pause(5_000, all=False)
-        a.state = State.LEASED
-        store.record(make_entry(jseq, a.key, "scheduled", "lease", "leased"), a)
-        first = store.begin_flush()
-        held_back(admin)
-        a.state = State.FETCHED
-        store.record(make_entry(jseq + 1, a.key, "leased", "complete", "fetched"), a)
-        second = store.begin_flush()
+        a, first, second = lease_and_complete_held(store, admin, before=admin.script_flush)
         admin.client_unpause()
         second.wait()
         first.wait()
@@ -299,6 +298,17 @@ def test_a_fence_met_by_a_flush_in_flight_is_handled_for_both_batches(srv: Redis
         node.close()
 
 
+def discover_held(node: Node, admin: redis.Redis) -> Future[Any]:
+    """Seed d.example, then, Redis holding writes back (CLIENT PAUSE WRITE, 4 s), a Discover of 3 more links there:
+    its answer, once its batch's flush is in Redis, held."""
+    (ready,) = node.submit(Discover(links("d.example", 1, "seed")))
+    ready.result(RPC_S)
+    admin.client_pause(4_000, all=False)
+    (a,) = node.submit(Discover(links("d.example", 3, "a")))
+    held_back(admin)
+    return a
+
+
 def test_a_call_queued_while_a_flush_is_held_back_runs_before_the_flush_lands(srv: RedisServer) -> None:
     """The core thread woken with nothing to do while a flush is in flight (its tick, every TICK_S) goes back to
     waiting for the flush or the next call: a call queued meanwhile runs while Redis still holds the flush back,
@@ -306,11 +316,7 @@ def test_a_call_queued_while_a_flush_is_held_back_runs_before_the_flush_lands(sr
     node = Node(srv.url)
     admin = redis.Redis.from_url(srv.url)
     try:
-        (ready,) = node.submit(Discover(links("d.example", 1, "seed")))
-        ready.result(RPC_S)
-        admin.client_pause(4_000, all=False)
-        (a,) = node.submit(Discover(links("d.example", 3, "a")))
-        held_back(admin)  # batch N's flush is in flight, held by Redis
+        a = discover_held(node, admin)  # batch N's flush is in flight, held by Redis
         time.sleep(3 * TICK_S)  # the core thread wakes with nothing to do, more than once
         ran = threading.Event()
         (b,) = node.submit(Call(lambda core: ran.set()))
@@ -330,11 +336,7 @@ def test_the_next_flush_goes_while_redis_holds_one_back_and_batches_answer_in_or
     node = Node(srv.url)
     admin = redis.Redis.from_url(srv.url)
     try:
-        (ready,) = node.submit(Discover(links("d.example", 1, "seed")))
-        ready.result(RPC_S)
-        admin.client_pause(4_000, all=False)
-        (a,) = node.submit(Discover(links("d.example", 3, "a")))
-        held_back(admin)
+        a = discover_held(node, admin)
         (b,) = node.submit(Discover(links("e.example", 3, "b")))
         deadline = time.monotonic() + 10
         while node.store.flights_out < 2:
