@@ -270,9 +270,8 @@ class Flights:
     def _send_one(self, epoch: int, *, inline: bool) -> Flight | Flushed:
         """A flush on a single server in one round trip: the node-scoped writes, then write_all script calls for
         the domains' batches (the fences checked in the script; one call per part, see `parts`), in one pipeline,
-        sent on the writer thread behind the flights out, or `inline` once they landed; the buffers go with it."""
-        if inline:
-            self._settle()
+        sent on the writer thread behind the flights out, or `inline` (the caller landed them first: `_begin`); the
+        buffers go with it."""
         packed = self._pack(epoch)
         if packed is None:
             return Flushed()

@@ -377,8 +377,9 @@ class RedisStore(Flights, DomainHandoff):
         self._begin(inline=True).wait()
 
     def _begin(self, *, inline: bool) -> Flight | Flushed:
-        """Start flushing the buffers: on the writer thread behind the flights out, or `inline` once they landed."""
-        if inline or not self._single:
+        """Start flushing the buffers: on the writer thread behind the flights out, or `inline` once they landed (even
+        with nothing buffered: a reader flushes to see every write begun). A Cluster has no flights out."""
+        if inline:
             self._settle()
         if self._closed:
             raise RuntimeError("store is closed")
