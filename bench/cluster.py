@@ -35,8 +35,9 @@
    and EVAL calls of INFO commandstats, commands INFO stats total_commands_processed (the commands scripts run
    included); each includes the nodes' idle polling (ring watch, inbox, heartbeats) during the phase. "busy" is
    the rate times that CPU per URL: how many CPUs the nodes and Redis kept busy on average. One node on Redis
-   reads about 1.1-1.25 here where it could read up to 2: the node and Redis mostly wait on each other (see issue 10's
-   notes), so its rate is about the inverse of their CPU per URL added, not of the larger one.
+   read 1.1-1.25 here, where it could read up to 2, while the node landed each flush before sending the next; with
+   two flushes out it reads about 1.2 at the default 2 streams (two calls in the node leave little to overlap) and
+   about 1.37 at --streams 4, where the node process is near its GIL's one core (see issue 10's notes).
 
 Every process (redis-server, coordinator, nodes and this client) shares this machine's CPUs, so the figures
 for 2 and 3 nodes measure how the cluster divides the same cores, not added machines; CPU seconds of each
