@@ -236,10 +236,14 @@ class RedisBodyIndex:
 
     def claim(self, digest: str, simhash: int, key: str) -> BodyClaim:
         """Register `key`'s body; the key first fetched with the same digest (not `key` itself) and whether a
-        body within max_distance bits of `simhash` was registered under another key."""
-        primed = self._primed.get((digest, simhash, key))
+        body within max_distance bits of `simhash` was registered under another key. One round trip when not
+        primed: the claim script on a single server, a pipeline of its commands on a Cluster."""
+        claim = (digest, simhash, key)
+        primed = self._primed.get(claim)
         if primed:
             return primed.pop(0)
+        if self._claim_all is not None:
+            return self._register([claim]).get(claim, [BodyClaim(None, False)])[0]
         plan = self._plan(digest, simhash, key)
         if plan is None:
             return BodyClaim(None, False)
