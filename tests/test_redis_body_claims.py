@@ -31,8 +31,8 @@ def prime(index: RedisBodyIndex, claims: list[Claim]) -> list[BodyClaim]:
 
 
 def previous_answers(client: redis.Redis, index: RedisBodyIndex, claims: list[Claim]) -> list[BodyClaim]:
-    """What the previous version's script registers and answers for `claims`, called as that version called it:
-    seven strings a claim (the keys built by the caller), the members of the 4 bands sent back, judged here."""
+    """What the previous version's script registers and answers for `claims`, called as that version called it: the
+    members of the 4 bands sent back, judged here."""
     script = client.register_script(_PREVIOUS.read_text())
     plans = [index._plan(*c) for c in claims]
     todo = [p for p in plans if p is not None]

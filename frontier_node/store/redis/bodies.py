@@ -8,8 +8,8 @@ Layout (each key its own hash tag, so a Redis Cluster spreads them over its shar
 
 Cost per fetched 2xx page: a GET-or-SET of the digest plus, when the page has a simhash, the members of its 4
 bands and 4 SADD, in one round trip for a page or, primed, for a whole CompleteBatch slice (on one server one
-script call that builds the keys and judges the near check itself: one JSON argument, one character a claim and
-the first keys found in the answer); about 80 bytes sent and, in Redis, one string (the key, at most 512
+script call that judges the near check itself: one JSON argument, 1 SUNION for the bands, one character a claim
+and the first keys found in the answer); about 120 bytes sent and, in Redis, one string (the key, at most 512
 characters) and four 25-byte set members per distinct body.
 """
 
@@ -37,20 +37,20 @@ if first then return first end
 redis.call('SET', KEYS[1], ARGV[1])
 return false
 """
-# One call for a batch of claims on a single server (not a Cluster: the keys are in many slots, built here, not
-# declared). ARGV: 1 namespace, 2 max_distance, 3 a JSON array of groups of 4: digest ("" none), fetch key as stored,
-# simhash as 16 hex digits ("" no bands), the key's own tag (8 hex digits). Per claim, in order, what one claim's
-# pipeline does (`_queue`): the digest's GET-or-SET, then the members of its 4 bands and SADD of its member
-# "<simhash>:<own>" to each. The near check runs here, on the members as they are read (a band's members are not
-# sent back: their number grows with the index, about one per 65,536 bodies a band), and stops at the first near
-# one; the bands are written after they are read, as the pipeline does. Answers {nears, firsts}: one character a
-# claim ("1" near, "0" not) and a flat array of claim number (from 1) and first key for the claims whose digest was
-# first fetched under another key. `bit` (LuaBitOp, in every Redis since 2.8) XORs the simhashes' 32-bit halves;
-# `ones` counts the bits that differ, giving up past max_distance. On Redis 7.0 and later one SET NX GET does the
-# GET-or-SET (see claim_all_script): a command fewer per claim.
+# One call for a batch of claims on a single server (not a Cluster: the keys are in many slots, built by the
+# caller, not declared). ARGV: 1 max_distance, 2 a JSON array of groups of 7 (`_Plan`): digest key ("" none), fetch
+# key as stored, band member "<simhash hex>:<own tag>" ("" none), the 4 band keys. Per claim, in order, what one
+# claim's pipeline does (`_queue`): the digest's GET-or-SET, then the members of the 4 bands (one SUNION: the near
+# check needs each member once, not which band held it) and SADD of the member to each. The near check runs here,
+# on those members (they are not sent back: their number grows with the index, about one per 65,536 bodies a band),
+# and stops at the first near one. Answers {nears, firsts}: one character a claim ("1" near, "0" not) and a flat
+# array of claim number (from 1) and first key, for the claims whose digest was first fetched under another key.
+# `bit` (LuaBitOp, in every Redis since 2.8) XORs the simhashes' 32-bit halves; `ones` counts the bits that differ,
+# giving up past max_distance. On Redis 7.0 and later one SET NX GET does the GET-or-SET (see claim_all_script): a
+# command fewer per claim.
 _CLAIM_ALL: Final = """
-local ns, maxd = ARGV[1], tonumber(ARGV[2])
-local args = cjson.decode(ARGV[3])
+local maxd = tonumber(ARGV[1])
+local args = cjson.decode(ARGV[2])
 local call, sub, tonum, bxor, band = redis.call, string.sub, tonumber, bit.bxor, bit.band
 local function ones(x, n)
   while x ~= 0 and n <= maxd do
@@ -60,14 +60,13 @@ local function ones(x, n)
   return n
 end
 local nears, firsts = {}, {}
-for i = 1, #args, 4 do
-  local n = (i + 3) / 4
-  local key, hex, own = args[i + 1], args[i + 2], args[i + 3]
+for i = 1, #args, 7 do
+  local n = (i + 6) / 7
+  local key, member = args[i + 1], args[i + 2]
   if args[i] ~= '' then
-    local dkey = ns .. ':{b:' .. args[i] .. '}'
-    local first = call('GET', dkey)
+    local first = call('GET', args[i])
     if not first then
-      call('SET', dkey, key)
+      call('SET', args[i], key)
     end
     if first and first ~= key then
       firsts[#firsts + 1] = n
@@ -75,32 +74,30 @@ for i = 1, #args, 4 do
     end
   end
   local near = '0'
-  if hex ~= '' then
-    local hi, lo = tonum(sub(hex, 1, 8), 16), tonum(sub(hex, 9, 16), 16)
-    local bands = {
-      ns .. ':{s:0:' .. sub(hex, 13, 16) .. '}', ns .. ':{s:1:' .. sub(hex, 9, 12) .. '}',
-      ns .. ':{s:2:' .. sub(hex, 5, 8) .. '}', ns .. ':{s:3:' .. sub(hex, 1, 4) .. '}',
-    }
-    for _, m in ipairs(call('SUNION', bands[1], bands[2], bands[3], bands[4])) do
-      local mhi, mlo = tonum(sub(m, 1, 8), 16), tonum(sub(m, 9, 16), 16)
-      if mhi and mlo and sub(m, 18) ~= own and ones(bxor(mlo, lo), ones(bxor(mhi, hi), 0)) <= maxd then
-        near = '1'
-        break
+  if member ~= '' then
+    local seen = call('SUNION', args[i + 3], args[i + 4], args[i + 5], args[i + 6])
+    if #seen > 0 then
+      local own, hi, lo = sub(member, 18), tonum(sub(member, 1, 8), 16), tonum(sub(member, 9, 16), 16)
+      for _, m in ipairs(seen) do
+        local mhi, mlo = tonum(sub(m, 1, 8), 16), tonum(sub(m, 9, 16), 16)
+        if mhi and mlo and sub(m, 18) ~= own and ones(bxor(mlo, lo), ones(bxor(mhi, hi), 0)) <= maxd then
+          near = '1'
+          break
+        end
       end
     end
-    local member = hex .. ':' .. own
-    for b = 1, 4 do call('SADD', bands[b], member) end
+    for b = 3, 6 do call('SADD', args[i + b], member) end
   end
   nears[n] = near
 end
 return {table.concat(nears), firsts}
 """
-_GET_OR_SET: Final = """    local first = call('GET', dkey)
+_GET_OR_SET: Final = """    local first = call('GET', args[i])
     if not first then
-      call('SET', dkey, key)
+      call('SET', args[i], key)
     end
 """
-_SET_NX_GET: Final = """    local first = call('SET', dkey, key, 'NX', 'GET')
+_SET_NX_GET: Final = """    local first = call('SET', args[i], key, 'NX', 'GET')
 """
 if _GET_OR_SET not in _CLAIM_ALL:
     raise ImportError("frontier_node.store.redis.bodies: the claim script's GET-or-SET changed; update _GET_OR_SET")
@@ -123,17 +120,6 @@ def claim_all_script(version: tuple[int, ...]) -> str:
     """The batch claim script for a server of `version`: SET NX GET from 7.0 on (NX with GET is refused before),
     else GET then SET. Both register and answer alike (tests/test_store_redis.py runs both)."""
     return _CLAIM_ALL_SET_NX_GET if version >= (7, 0) else _CLAIM_ALL
-
-
-def _shared(digest: str) -> str:
-    """`digest` as the index shares it: "" (not shared) for a digest with braces, which would break the hash tag
-    (never one of hostring's)."""
-    return digest if digest and "{" not in digest and "}" not in digest else ""
-
-
-def _own(key: str) -> str:
-    """The tag of a fetch key in its band members: a body is no near duplicate of its own key's."""
-    return hashlib.blake2b(key.encode(), digest_size=4).hexdigest()
 
 
 class _Plan(NamedTuple):
@@ -198,22 +184,13 @@ class RedisBodyIndex:
         if self._claim_all is None:
             return self._register_pipelined(claims)
         primed: Primed = {}
-        todo: list[Claim] = []
-        args: list[str] = []
-        bands = self.max_distance >= 0
-        for claim in claims:
-            digest, simhash, key = claim
-            digest = _shared(digest)
-            simhash &= _MASK
-            if not digest and not (simhash and bands):
-                continue
-            todo.append(claim)
-            args += (digest, key[:_KEY_LIMIT], f"{simhash:016x}" if simhash and bands else "", _own(key))
+        todo = [(c, plan) for c in claims if (plan := self._plan(*c)) is not None]
         if not todo:
             return primed
-        nears, firsts = self._claim_all(args=[self._ns, self.max_distance, orjson.dumps(args)])
+        args = [a for _, plan in todo for a in (plan.digest_key, plan.key, plan.member, *plan.bands)]
+        nears, firsts = self._claim_all(args=[self.max_distance, orjson.dumps(args)])
         first_of = {int(firsts[i]): text(firsts[i + 1]) for i in range(0, len(firsts), 2)}
-        for n, (claim, near) in enumerate(zip(todo, text(nears), strict=True), 1):
+        for n, ((claim, _), near) in enumerate(zip(todo, text(nears), strict=True), 1):
             primed.setdefault(claim, []).append(BodyClaim(first_of.get(n), near == "1"))
         return primed
 
@@ -253,12 +230,13 @@ class RedisBodyIndex:
 
     def _plan(self, digest: str, simhash: int, key: str) -> _Plan | None:
         """The keys and member one claim touches; None when it has neither a shareable digest nor bands."""
-        digest = _shared(digest)
+        # A digest with braces would break the hash tag: such a digest (never one of hostring's) is not shared.
+        digest = digest if digest and "{" not in digest and "}" not in digest else ""
         simhash &= _MASK
         use_bands = bool(simhash) and self.max_distance >= 0
         if not digest and not use_bands:
             return None
-        own = _own(key)
+        own = hashlib.blake2b(key.encode(), digest_size=4).hexdigest()
         if use_bands:
             # band_key(band, (simhash >> 16 * band) & 0xFFFF) for bands 0..3, cut from one hex text of the simhash
             # (a claim's keys were a fair share of a completion's cost on the node)
