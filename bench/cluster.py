@@ -17,8 +17,9 @@
    - failure: one more node gets SIGKILL; it leaves after the heartbeat timeout, which dominates the figure.
 2. Throughput, for 1, 2 and 3 nodes, each configuration on a flushed Redis with a fresh coordinator and nodes
    (`--delay 0`), and for one node on a SQLite store (the same workload; `hostring node --store sqlite://`, no
-   coordinator), measured right after the one-node Redis figures it is compared with (a VM's speed drifts over
-   minutes). The client is this process, with two threads per node:
+   coordinator), each of its phases measured back to back with the one-node Redis phase it is compared with, the
+   two pairs in opposite orders (Redis, SQLite, SQLite, Redis: a VM's speed drifts by tens of percent within a
+   minute). The client is this process, with two threads per node:
    - Discover: `links` distinct URLs over `hosts` hosts, routed to the ring owner of their domain (routing and
      serialization done before the clock starts; the routing cost is given on its own), batches of 256;
      figure: links admitted per second (every admission journaled).
@@ -518,15 +519,17 @@ def membership_figures(tmp: Path, srv: RedisServer, w: Workload) -> dict[str, An
     return out
 
 
-def throughput_figures(tmp: Path, srv: RedisServer, w: Workload) -> dict[str, Any]:
-    """Discover and Lease+Complete for each node count, each on a flushed Redis and a fresh cluster."""
+def throughput_figures(
+    tmp: Path, srv: RedisServer, w: Workload, phases: Sequence[tuple[str, bool]] = _PHASES
+) -> dict[str, Any]:
+    """Discover and the Lease+Complete `phases` for each node count, each on a flushed Redis and a fresh cluster."""
     out: dict[str, Any] = {}
     urls = [url(u, w.hosts) for u in range(w.links)]
     client = redis.Redis.from_url(srv.url)
     try:
         for k in w.node_counts:
             node_ids = [f"n{i + 1}" for i in range(k)]
-            for phase, in_reply in _PHASES:
+            for phase, in_reply in phases:
                 srv.flush()
                 run_dir = tmp / f"nodes-{k}-{phase}"
                 run_dir.mkdir()
@@ -540,12 +543,12 @@ def throughput_figures(tmp: Path, srv: RedisServer, w: Workload) -> dict[str, An
     return out
 
 
-def sqlite_figures(tmp: Path, w: Workload) -> dict[str, Any]:
-    """Discover and the Lease+Complete phases on one node on a SQLite store (a fresh one per phase), with the same
+def sqlite_figures(tmp: Path, w: Workload, phases: Sequence[tuple[str, bool]] = _PHASES) -> dict[str, Any]:
+    """Discover and the Lease+Complete `phases` on one node on a SQLite store (a fresh one per phase), with the same
     client."""
     urls = [url(u, w.hosts) for u in range(w.links)]
     out: dict[str, Any] = {}
-    for phase, in_reply in _PHASES:
+    for phase, in_reply in phases:
         node = NodeProcess(tmp / f"sqlite-{phase}.db", tmp / f"sqlite-{phase}.log")
         channels: dict[str, grpc.Channel] = {}
 
@@ -566,6 +569,21 @@ def sqlite_figures(tmp: Path, w: Workload) -> dict[str, Any]:
     return out
 
 
+def one_node_beside_sqlite(tmp: Path, srv: RedisServer, w: Workload, figures: dict[str, Any]) -> dict[str, Any]:
+    """One Redis node's figures, each phase measured right beside the SQLite node's (Redis, SQLite, then SQLite,
+    Redis: each pair back to back, in both orders), which go to figures["sqlite"]: the ratios compare the two at the
+    same moment, on a VM whose speed drifts by tens of percent within a minute."""
+    first, second = _PHASES
+    one = replace(w, node_counts=(1,))
+    out = throughput_figures(tmp, srv, one, (first,))
+    sqlite = sqlite_figures(tmp, w, (first,))
+    sqlite.update({k: v for k, v in sqlite_figures(tmp, w, (second,)).items() if k != "discover"})
+    reply = throughput_figures(tmp, srv, one, (second,))
+    out["1"].update({k: v for k, v in reply["1"].items() if k != "discover"})
+    figures["sqlite"] = sqlite
+    return out
+
+
 def run(w: Workload, membership: bool = True) -> dict[str, Any]:
     figures: dict[str, Any] = {"machine": machine(), "workload": w.describe()}
     cores = figures["machine"]["cores_usable"]
@@ -581,9 +599,10 @@ def run(w: Workload, membership: bool = True) -> dict[str, Any]:
             figures["membership"] = membership_figures(mdir, srv, w)
         figures["throughput"] = {}
         for k in w.node_counts:
-            figures["throughput"].update(throughput_figures(Path(tmp), srv, replace(w, node_counts=(k,))))
-            if k == 1:  # next to the one Redis node it is compared with, not minutes later: a VM's speed drifts
-                figures["sqlite"] = sqlite_figures(Path(tmp), w)
+            if k == 1:
+                figures["throughput"].update(one_node_beside_sqlite(Path(tmp), srv, w, figures))
+            else:
+                figures["throughput"].update(throughput_figures(Path(tmp), srv, replace(w, node_counts=(k,))))
         if "sqlite" not in figures:
             figures["sqlite"] = sqlite_figures(Path(tmp), w)
     end_of_run(figures["machine"])
