@@ -569,19 +569,19 @@ def sqlite_figures(tmp: Path, w: Workload, phases: Sequence[tuple[str, bool]] = 
     return out
 
 
-def one_node_beside_sqlite(tmp: Path, srv: RedisServer, w: Workload, figures: dict[str, Any]) -> dict[str, Any]:
-    """One Redis node's figures, each phase measured right beside the SQLite node's (Redis, SQLite, then SQLite,
-    Redis: each pair back to back, in both orders), which go to figures["sqlite"]: the ratios compare the two at the
-    same moment, on a VM whose speed drifts by tens of percent within a minute."""
+def one_node_beside_sqlite(tmp: Path, srv: RedisServer, w: Workload) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The figures of one Redis node (as throughput_figures gives them) and of the SQLite node, each phase of one
+    measured right beside the same phase of the other (Redis, SQLite, then SQLite, Redis: each pair back to back, in
+    both orders): the ratios compare the two at the same moment, on a VM whose speed drifts by tens of percent
+    within a minute. Discover is the first phase's."""
     first, second = _PHASES
     one = replace(w, node_counts=(1,))
-    out = throughput_figures(tmp, srv, one, (first,))
+    redis_node = throughput_figures(tmp, srv, one, (first,))
     sqlite = sqlite_figures(tmp, w, (first,))
     sqlite.update({k: v for k, v in sqlite_figures(tmp, w, (second,)).items() if k != "discover"})
     reply = throughput_figures(tmp, srv, one, (second,))
-    out["1"].update({k: v for k, v in reply["1"].items() if k != "discover"})
-    figures["sqlite"] = sqlite
-    return out
+    redis_node["1"].update({k: v for k, v in reply["1"].items() if k != "discover"})
+    return redis_node, sqlite
 
 
 def run(w: Workload, membership: bool = True) -> dict[str, Any]:
@@ -600,7 +600,8 @@ def run(w: Workload, membership: bool = True) -> dict[str, Any]:
         figures["throughput"] = {}
         for k in w.node_counts:
             if k == 1:
-                figures["throughput"].update(one_node_beside_sqlite(Path(tmp), srv, w, figures))
+                redis_node, figures["sqlite"] = one_node_beside_sqlite(Path(tmp), srv, w)
+                figures["throughput"].update(redis_node)
             else:
                 figures["throughput"].update(throughput_figures(Path(tmp), srv, replace(w, node_counts=(k,))))
         if "sqlite" not in figures:
