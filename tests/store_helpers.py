@@ -1,5 +1,6 @@
-"""What the store tests share: items and journal lines to write, a snapshot of every read, and the random op
-sequences (with the Driver that applies them) that compare a backend with the reference MemoryStore.
+"""What the store tests share: items and journal lines to write, a snapshot of every read, the random op
+sequences (with the Driver that applies them) that compare a backend with the reference MemoryStore, and priming
+the cluster's body index as a CompleteBatch does.
 """
 
 from __future__ import annotations
@@ -10,9 +11,10 @@ from typing import Any
 from hypothesis import strategies as st
 
 from frontier_node.core.frontier import Frontier
-from frontier_node.core.ports import Store
+from frontier_node.core.ports import Claim, Store
 from frontier_node.core.records import Entry, Item, Kind, Outcome
 from frontier_node.core.states import State
+from frontier_node.store.redis.bodies import RedisBodyIndex
 from hostring.clock import VirtualClock
 from hostring.domains import registrable_domain
 
@@ -198,3 +200,8 @@ def lease_until(f: Frontier, clock: VirtualClock, key: str, digest: Callable[[st
             return wanted
         clock.advance(step)
     raise AssertionError(f"{key} was never leased")
+
+
+def prime(index: RedisBodyIndex, claims: list[Claim]) -> None:
+    """Register `claims` as a CompleteBatch slice does (on the index's own thread), then answer claims from them."""
+    index.use_primed(index.prime_later(claims).result(10))

@@ -16,14 +16,15 @@ from hypothesis import strategies as st
 from frontier_node.core.ports import BodyClaim, Claim
 from frontier_node.store.redis.bodies import RedisBodyIndex
 from frontier_node.store.redis.codec import text
+from tests.store_helpers import prime
 
 _MASK = (1 << 64) - 1
 _PREVIOUS = Path(__file__).parent / "data" / "redis_claim_all_89d7bd7.lua"
 
 
-def prime(index: RedisBodyIndex, claims: list[Claim]) -> list[BodyClaim]:
+def primed_answers(index: RedisBodyIndex, claims: list[Claim]) -> list[BodyClaim]:
     """Register `claims` as a CompleteBatch slice does, then answer each claim from the registration."""
-    index.use_primed(index.prime_later(claims).result(10))
+    prime(index, claims)
     try:
         return [index.claim(*c) for c in claims]
     finally:
@@ -79,7 +80,7 @@ def test_claims_register_and_answer_as_the_previous_version_did(
         answers[version] = (
             previous_answers(redis_client, index, claims[:4]) + previous_answers(redis_client, index, claims[4:])
             if version == "previous"
-            else prime(index, claims[:4]) + prime(index, claims[4:])
+            else primed_answers(index, claims[:4]) + primed_answers(index, claims[4:])
         )
         stored[version] = dumps(redis_client, ns)
     assert answers["current"] == answers["previous"]
@@ -143,4 +144,4 @@ def test_primed_claims_answer_as_a_brute_force_oracle(
             )
             if bands:
                 earlier.append((simhash, key))
-        assert prime(index, claims) == expected
+        assert primed_answers(index, claims) == expected

@@ -16,7 +16,7 @@ import pytest
 import redis
 from redis.cluster import RedisCluster
 
-from frontier_node.core.ports import BodyClaim, Claim
+from frontier_node.core.ports import BodyClaim
 from frontier_node.core.records import Item, Link
 from frontier_node.core.states import State
 from frontier_node.store.redis import FencedOut, RedisStore, flight
@@ -24,7 +24,7 @@ from frontier_node.store.redis.bodies import RedisBodyIndex
 from frontier_node.store.redis.codec import pack_row
 from frontier_node.store.redis.handoff import Batch
 from frontier_node.store.redis.mail import row_link
-from tests.store_helpers import admit, make_entry, page
+from tests.store_helpers import admit, make_entry, page, prime
 
 Client = redis.Redis | RedisCluster
 MakeStore = Callable[..., RedisStore]
@@ -389,11 +389,6 @@ def test_a_flush_with_text_outside_ascii_lands_string_for_string(
     assert stored is not None and stored.decode() == pack_row(items[1], 3)
 
 
-def prime(index: RedisBodyIndex, claims: list[Claim]) -> None:
-    """Register `claims` as a CompleteBatch slice does (on the index's own thread), then answer claims from them."""
-    index.use_primed(index.prime_later(claims).result(10))
-
-
 def test_primed_body_claims_answer_as_claims_one_by_one(client: Client, redis_namespace: str) -> None:
     claims = [
         ("sha256:aa", 0x1111_2222_3333_4444, "https://a.org/1"),
@@ -614,7 +609,7 @@ def test_a_user_not_allowed_info_opens_the_body_index_with_the_oldest_claim_scri
             assert bodies.server_version(limited) == (0,)
             index = bodies.RedisBodyIndex(limited, redis_namespace)
             claims = [("sha256:ee", 0, "https://a.org/"), ("sha256:ee", 0, "https://b.org/")]
-            prime(index, claims)  # a batch: the claim script the index chose, not the one-claim pipeline
+            prime(index, claims)  # a batch, through the claim script the index chose
             assert index.claim(*claims[0]) == BodyClaim(None, False)
             assert index.claim(*claims[1]) == BodyClaim("https://a.org/", False)
     finally:
