@@ -219,14 +219,7 @@ class RedisBodyIndex:
         primed = self._primed.get(claim)
         if primed:
             return primed.pop(0)
-        if self._claim_all is not None:
-            return self._register([claim]).get(claim, [BodyClaim(None, False)])[0]
-        plan = self._plan(digest, simhash, key)
-        if plan is None:
-            return BodyClaim(None, False)
-        pipe = self._pipeline()
-        self._queue(pipe, plan)
-        return self._answer(pipe.execute(), plan)
+        return self._register([claim]).get(claim, [BodyClaim(None, False)])[0]
 
     def _plan(self, digest: str, simhash: int, key: str) -> _Plan | None:
         """The keys and member one claim touches; None when it has neither a shareable digest nor bands."""
