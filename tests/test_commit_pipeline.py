@@ -10,6 +10,9 @@ connection what Redis holds:
   answered NOSCRIPT is loaded and sent again before the flush behind it;
 - the core thread sends the next batch's flush while Redis holds one back, and answers the batches in order;
 - a CompleteBatch whose bodies are being registered in the cluster's index lets the core thread run other calls;
+- a CompleteBatch's reply is leased by the next batch while Redis applies its completions' flush, and answered once
+  both landed (answered with the error when the completions' flush fails); with a Lease waiting, in the
+  completions' batch, as before;
 - a fence met by a flush in flight is handled for its own batch's calls, and the batch that ran meanwhile is
   refused by the same fence and told so;
 - an answered call's writes are in Redis when its answer arrives, while Redis holds writes back now and then;
@@ -391,6 +394,105 @@ def test_other_calls_run_while_a_completion_batch_registers_its_bodies(srv: Redi
     finally:
         admin.client_unpause()
         admin.close()
+        node.close()
+
+
+def robots_settled(node: Node, hosts: dict[str, int]) -> None:
+    """Admit `hosts` (host -> pages /p0, /p1, ...) and settle each origin's robots.txt (404): pages are ready."""
+    (ready,) = node.submit(Discover([Link(observed=f"http://{h}/p{i}", seed=True) for h, n in hosts.items()
+                                     for i in range(n)]))  # fmt: skip
+    ready.result(RPC_S)
+    (robots,) = node.submit(Lease("w", 10, 0.0))
+    items = robots.result(RPC_S).items
+    assert len(items) == len(hosts)
+    (done,) = node.submit(Complete([completion(it, 404, "") for it in items], None))
+    done.result(RPC_S)
+
+
+def test_a_reply_is_leased_by_the_next_batch_while_its_completions_flush_is_in_redis(srv: RedisServer) -> None:
+    """A CompleteBatch asking for leases in its reply, no Lease waiting: its completions' flush goes to Redis first,
+    and the next batch leases the reply while Redis holds that flush back (a second flush goes out behind it). The
+    answer waits for both: its completions and its leases are in Redis when it comes."""
+    node = Node(srv.url)
+    admin = redis.Redis.from_url(srv.url)
+    try:
+        robots_settled(node, {"a.example": 2, "b.example": 2})
+        (pages,) = node.submit(Lease("w", 10, 0.0))
+        first = pages.result(RPC_S).items
+        assert sorted(it.url for it in first) == ["http://a.example/p0", "http://b.example/p0"]  # one per host
+        admin.client_pause(4_000, all=False)
+        op = Complete([completion(it, 200, "") for it in first], None, ("w", 10))
+        (settled,) = node.submit(op)
+        held_back(admin)  # the completions' flush is in Redis, held
+        deadline = time.monotonic() + 10
+        while node.store.flights_out < 2:
+            assert time.monotonic() < deadline, "the reply's leases were picked with the completions, in one flush"
+            time.sleep(0.005)
+        assert not settled.done()
+        assert all(stored_state(admin, it.domain, it.key) == "leased" for it in first)  # nothing landed yet
+        admin.client_unpause()
+        assert [a.accepted for a in settled.result(RPC_S)] == [True, True]
+        assert sorted(it.url for it in op.leased) == ["http://a.example/p1", "http://b.example/p1"]
+        assert all(stored_state(admin, it.domain, it.key) == "fetched" for it in first)
+        assert all(stored_state(admin, it.domain, it.key) == "leased" for it in op.leased)
+    finally:
+        admin.client_unpause()
+        admin.close()
+        node.close()
+
+
+def test_a_reply_whose_completions_flush_fails_is_answered_with_the_error(srv: RedisServer) -> None:
+    """The completions' flush meets OOM after the next batch leased the reply (its flush begun behind): the call is
+    answered with the error, once, and the completion lands with the next flush (nothing lost)."""
+    node = Node(srv.url)
+    admin = redis.Redis.from_url(srv.url)
+    try:
+        robots_settled(node, {"a.example": 2})
+        (pages,) = node.submit(Lease("w", 10, 0.0))
+        (p0,) = pages.result(RPC_S).items
+        admin.client_pause(4_000, all=False)
+        (settled,) = node.submit(Complete([completion(p0, 200, "")], None, ("w", 10)))
+        held_back(admin)
+        deadline = time.monotonic() + 10
+        while node.store.flights_out < 2:
+            assert time.monotonic() < deadline, "the reply was not leased while the completions' flush was held"
+            time.sleep(0.005)
+        admin.config_set("maxmemory", 1)
+        admin.client_unpause()
+        with pytest.raises(redis.exceptions.OutOfMemoryError):
+            settled.result(RPC_S)
+        admin.config_set("maxmemory", 0)
+        (later,) = node.submit(Discover(links("b.example", 1, "x")))
+        later.result(RPC_S)
+        assert stored_state(admin, "a.example", p0.key) == "fetched"
+    finally:
+        admin.config_set("maxmemory", 0)
+        admin.client_unpause()
+        admin.close()
+        node.close()
+
+
+def test_a_reply_is_leased_with_its_completions_when_a_lease_waits(srv: RedisServer) -> None:
+    """With a Lease waiting, a reply is leased in its completions' batch, as on a store that does not pipeline. The
+    waiting worker holds more leases than the replying one, so the reply goes first and takes the hosts its
+    completions freed, and the Lease goes on waiting (leased by the next batch, the reply would find the Lease
+    served first)."""
+    node = Node(srv.url)
+    try:
+        robots_settled(node, {"a.example": 2, "b.example": 2, "c.example": 2, "d.example": 2})
+        (mine,) = node.submit(Lease("w", 2, 0.0))
+        (theirs,) = node.submit(Lease("other", 2, 0.0))
+        held = mine.result(RPC_S).items
+        assert len(held) == 2 and len(theirs.result(RPC_S).items) == 2  # every host has a page out
+        (waiting,) = node.submit(Lease("other", 1, 30.0))
+        time.sleep(3 * TICK_S)
+        assert not waiting.done()
+        op = Complete([completion(it, 200, "") for it in held], None, ("w", 2))
+        (settled,) = node.submit(op)
+        assert [a.accepted for a in settled.result(RPC_S)] == [True, True]
+        assert sorted(it.host for it in op.leased) == sorted(it.host for it in held)
+        assert not waiting.done()
+    finally:
         node.close()
 
 
