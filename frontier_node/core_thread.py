@@ -31,8 +31,8 @@ Long-poll Leases hold no thread: they wait here as operations, served in arrival
 completion that frees a host wakes a waiting Lease in the same commit. The leases a completion batch asks for in
 its reply are leased after the batch's ops, before the waiting Leases unless a worker with fewer leases waits
 (`_lease`). On a store that pipelines, when no Lease waits, they are leased by the next batch (`_defer`): the
-completions' flush goes to Redis first and the core picks the leases while Redis applies it (about 6-8% more URLs
-a second in bench.cluster's lease-in-reply phase on one node); the reply is answered once both flushes landed.
+completions' flush goes to Redis first and the core picks the leases while Redis applies it (about 6% more URLs a
+second in bench.cluster's lease-in-reply phase on one node); the reply is answered once both flushes landed.
 The thread sleeps until the next call, the next event of the core while Leases wait (`next_event_in`), the first
 Lease deadline, or TICK_S.
 
@@ -491,8 +491,8 @@ class CoreThread:
             log.exception("reporting the store fault failed")
 
     def _next_timeout(self) -> float:
-        """How long to sleep: not at all with slices left; while Leases wait, until the core's next event or the
-        first deadline; else TICK_S (the core's next event may be a host nobody asks for)."""
+        """How long to sleep: not at all with slices or deferred replies left; while Leases wait, until the core's
+        next event or the first deadline; else TICK_S (the core's next event may be a host nobody asks for)."""
         if self._more or self._queue or self._replies_next or any(_unparked(op) for op in self._parked):
             return 0.0
         if not self._waiters or self.fault:
