@@ -181,12 +181,12 @@ class RedisBodyIndex:
 
     def _register(self, claims: Sequence[Claim]) -> Primed:
         """Register `claims` in one round trip, in order: their answers by claim."""
-        if self._claim_all is None:
-            return self._register_pipelined(claims)
         primed: Primed = {}
         todo = [(c, plan) for c in claims if (plan := self._plan(*c)) is not None]
         if not todo:
             return primed
+        if self._claim_all is None:
+            return self._register_pipelined(todo)
         args = [a for _, plan in todo for a in (plan.digest_key, plan.key, plan.member, *plan.bands)]
         nears, firsts = self._claim_all(args=[self.max_distance, orjson.dumps(args)])
         first_of = {int(firsts[i]): text(firsts[i + 1]) for i in range(0, len(firsts), 2)}
@@ -194,13 +194,10 @@ class RedisBodyIndex:
             primed.setdefault(claim, []).append(BodyClaim(first_of.get(n), near == "1"))
         return primed
 
-    def _register_pipelined(self, claims: Sequence[Claim]) -> Primed:
-        """`_register` on a Cluster: one pipeline of the commands the claims would send one by one, in order (every
-        key's commands keep their order, so the answers are the same)."""
+    def _register_pipelined(self, todo: list[tuple[Claim, _Plan]]) -> Primed:
+        """`_register` on a Cluster, of the claims that have a plan: one pipeline of the commands they would send one
+        by one, in order (every key's commands keep their order, so the answers are the same)."""
         primed: Primed = {}
-        todo = [(c, plan) for c in claims if (plan := self._plan(*c)) is not None]
-        if not todo:
-            return primed
         pipe = self._pipeline()
         for _, plan in todo:
             self._queue(pipe, plan)
