@@ -301,6 +301,14 @@ def test_a_fence_met_by_a_flush_in_flight_is_handled_for_both_batches(srv: Redis
         node.close()
 
 
+def two_flights_out(node: Node, failure: str) -> None:
+    """Wait until the store has two flushes begun and not landed (the second sent behind the first), else fail."""
+    deadline = time.monotonic() + 10
+    while node.store.flights_out < 2:
+        assert time.monotonic() < deadline, failure
+        time.sleep(0.005)
+
+
 def discover_held(node: Node, admin: redis.Redis) -> Future[Any]:
     """Seed d.example, then, Redis holding writes back (CLIENT PAUSE WRITE, 4 s), a Discover of 3 more links there:
     its answer, once its batch's flush is in Redis, held."""
@@ -341,10 +349,7 @@ def test_the_next_flush_goes_while_redis_holds_one_back_and_batches_answer_in_or
     try:
         a = discover_held(node, admin)
         (b,) = node.submit(Discover(links("e.example", 3, "b")))
-        deadline = time.monotonic() + 10
-        while node.store.flights_out < 2:
-            assert time.monotonic() < deadline, "batch B's flush waited for batch A's to land"
-            time.sleep(0.005)
+        two_flights_out(node, "batch B's flush waited for batch A's to land")
         assert not a.done() and not b.done()
         answered: list[str] = []
         a.add_done_callback(lambda _: answered.append("a"))
@@ -370,16 +375,10 @@ def test_other_calls_run_while_a_completion_batch_registers_its_bodies(srv: Redi
     admin = redis.Redis.from_url(srv.url)
     try:
         hosts = ("a.d.example", "b.d.example")
-        (ready,) = node.submit(Discover([Link(observed=f"http://{h}/p", seed=True) for h in hosts]))
-        ready.result(RPC_S)
-        (robots,) = node.submit(Lease("w", 10, 0.0))
-        items = robots.result(RPC_S).items
-        assert len(items) == 2  # each origin's robots.txt first
-        (done,) = node.submit(Complete([completion(it, 404, "") for it in items], None))
-        done.result(RPC_S)
+        robots_settled(node, dict.fromkeys(hosts, 1))  # each origin's robots.txt first
         (pages,) = node.submit(Lease("w", 10, 0.0))
         items = pages.result(RPC_S).items
-        assert sorted(it.url for it in items) == sorted(f"http://{h}/p" for h in hosts)
+        assert sorted(it.url for it in items) == sorted(f"http://{h}/p0" for h in hosts)
         admin.client_pause(4_000, all=False)
         (settled,) = node.submit(Complete([completion(it, 200, "sha256:" + "ab" * 32) for it in items], None, None,
                                           node.bodies))  # fmt: skip
@@ -424,10 +423,7 @@ def test_a_reply_is_leased_by_the_next_batch_while_its_completions_flush_is_in_r
         op = Complete([completion(it, 200, "") for it in first], None, ("w", 10))
         (settled,) = node.submit(op)
         held_back(admin)  # the completions' flush is in Redis, held
-        deadline = time.monotonic() + 10
-        while node.store.flights_out < 2:
-            assert time.monotonic() < deadline, "the reply's leases were picked with the completions, in one flush"
-            time.sleep(0.005)
+        two_flights_out(node, "the reply's leases were picked with the completions, in one flush")
         assert not settled.done()
         assert all(stored_state(admin, it.domain, it.key) == "leased" for it in first)  # nothing landed yet
         admin.client_unpause()
@@ -453,10 +449,7 @@ def test_a_reply_whose_completions_flush_fails_is_answered_with_the_error(srv: R
         admin.client_pause(4_000, all=False)
         (settled,) = node.submit(Complete([completion(p0, 200, "")], None, ("w", 10)))
         held_back(admin)
-        deadline = time.monotonic() + 10
-        while node.store.flights_out < 2:
-            assert time.monotonic() < deadline, "the reply was not leased while the completions' flush was held"
-            time.sleep(0.005)
+        two_flights_out(node, "the reply was not leased while the completions' flush was held")
         admin.config_set("maxmemory", 1)
         admin.client_unpause()
         with pytest.raises(redis.exceptions.OutOfMemoryError):
