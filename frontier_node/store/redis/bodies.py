@@ -22,11 +22,11 @@ from typing import Any, Final, NamedTuple
 
 import orjson
 from redis.cluster import RedisCluster
-from redis.exceptions import ResponseError
+from redis.exceptions import NoScriptError, ResponseError
 
 from frontier_node.core.ports import BodyClaim, Claim
 from frontier_node.store.redis.codec import check_tag_free, text
-from frontier_node.store.redis.flight import Writer
+from frontier_node.store.redis.line import Line, Writer
 
 Primed = dict[Claim, list[BodyClaim]]
 """The answers of registered claims, by claim, for the `claim` calls that follow."""
@@ -143,7 +143,8 @@ class RedisBodyIndex:
         self._ns = namespace
         self.max_distance = max_distance
         self._primed: Primed = {}
-        self._sender: Writer | None = None  # prime_later's thread, started at its first call
+        self._sender: Writer | None = None  # prime_later's thread on a Cluster, started at its first call
+        self._line: Line | None = None  # prime_later's line on a single server, opened at its first call
         self._band_prefixes = [f"{namespace}:{{s:{band}:" for band in range(4)]  # band_key's, before the value
         single = not isinstance(client, RedisCluster)
         self._claim_all = client.register_script(claim_all_script(server_version(client))) if single else None
@@ -158,15 +159,38 @@ class RedisBodyIndex:
         return f"{self._band_prefixes[band]}{value:04x}}}"
 
     def prime_later(self, claims: Sequence[Claim]) -> Future[Primed]:
-        """Register a batch of bodies (digest, simhash, key) in one round trip, in order, on the index's own thread:
-        the Future answers what `use_primed` then hands to the `claim` calls that follow (the core claims one at a
-        time). The core thread goes on meanwhile: a registration was a round trip it sat out, behind the flush
-        Redis was applying. On a single server one script call does what the claims would do one after the other;
-        on a Cluster one pipeline holds the commands they would send, in the same order (every key's commands keep
-        their order, so the answers are the same)."""
-        if self._sender is None:
-            self._sender = Writer("redis-claims")
-        return self._sender.submit(lambda: self._register(claims))
+        """Register a batch of bodies (digest, simhash, key) in one round trip, in order, without waiting for it: the
+        Future answers what `use_primed` then hands to the `claim` calls that follow (the core claims one at a time).
+        The core thread goes on meanwhile: a registration was a round trip it sat out, behind the flush Redis was
+        applying. On a single server one script call does what the claims would do one after the other, sent on the
+        index's line (line.py: by the caller when no registration is out, its answer read on the line's thread); on
+        a Cluster one pipeline holds the commands they would send, in the same order (every key's commands keep
+        their order, so the answers are the same), run on the index's own thread."""
+        script = self._claim_all
+        if script is None:
+            if self._sender is None:
+                self._sender = Writer("redis-claims")
+            return self._sender.submit(lambda: self._register(claims))
+        todo = self._todo(claims)
+        if not todo:
+            nothing: Future[Primed] = Future()
+            nothing.set_result({})
+            return nothing
+        args = self._claim_args(todo)
+        pipe = self._pipeline()
+        pipe.execute_command("EVALSHA", script.sha, 0, *args)
+        if self._line is None:
+            self._line = Line(self._r, "redis-claims", halts=False)
+
+        def primed(answers: list[Any]) -> Primed:
+            found = answers[0]
+            if isinstance(found, NoScriptError):  # a restarted server: the script loads and runs again
+                found = script(args=args)
+            elif isinstance(found, BaseException):
+                raise found
+            return self._by_claim(todo, found)
+
+        return self._line.submit(pipe, primed)
 
     def use_primed(self, primed: Primed) -> None:
         """Answer the `claim` calls that follow from `primed` (a `prime_later`'s answer; {}: from Redis, one by one:
@@ -178,17 +202,33 @@ class RedisBodyIndex:
         if self._sender is not None:
             self._sender.close()
             self._sender = None
+        if self._line is not None:
+            self._line.close()
+            self._line = None
+
+    def _todo(self, claims: Sequence[Claim]) -> list[tuple[Claim, _Plan]]:
+        """The claims that register anything, each with its plan."""
+        return [(c, plan) for c in claims if (plan := self._plan(*c)) is not None]
+
+    def _claim_args(self, todo: list[tuple[Claim, _Plan]]) -> list[object]:
+        """The claim script's ARGV for `todo` (see _CLAIM_ALL)."""
+        args = [a for _, plan in todo for a in (plan.digest_key, plan.key, plan.member, *plan.bands)]
+        return [self.max_distance, orjson.dumps(args)]
 
     def _register(self, claims: Sequence[Claim]) -> Primed:
         """Register `claims` in one round trip, in order: their answers by claim."""
-        primed: Primed = {}
-        todo = [(c, plan) for c in claims if (plan := self._plan(*c)) is not None]
+        todo = self._todo(claims)
         if not todo:
-            return primed
+            return {}
         if self._claim_all is None:
             return self._register_pipelined(todo)
-        args = [a for _, plan in todo for a in (plan.digest_key, plan.key, plan.member, *plan.bands)]
-        nears, firsts = self._claim_all(args=[self.max_distance, orjson.dumps(args)])
+        args = self._claim_args(todo)
+        return self._by_claim(todo, self._claim_all(args=args))
+
+    def _by_claim(self, todo: list[tuple[Claim, _Plan]], answer: Any) -> Primed:
+        """The claim script's answer to `todo`, by claim."""
+        primed: Primed = {}
+        nears, firsts = answer
         first_of = {int(firsts[i]): text(firsts[i + 1]) for i in range(0, len(firsts), 2)}
         for n, ((claim, _), near) in enumerate(zip(todo, text(nears), strict=True), 1):
             primed.setdefault(claim, []).append(BodyClaim(first_of.get(n), near == "1"))

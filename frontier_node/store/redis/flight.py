@@ -1,18 +1,18 @@
 """Flushes of the Redis store on their way: the buffers each took, the pipeline's answers to come, and its outcome.
 
 `RedisStore.begin_flush()` packs every buffered write into one pipeline, takes the buffers (writes buffered from
-then on start afresh) and sends the pipeline on the store's writer thread: the caller goes on with other work and
+then on start afresh) and sends the pipeline on the store's line (line.py): the caller goes on with other work and
 calls `Flight.wait()` when it needs the outcome. Several flights may be out at once (the core thread keeps up to
-two: core_thread.FLIGHTS); the writer thread sends them one after the other, so Redis applies the store's writes in
-the order they were begun. The store lands flights in that order (reads the answers and settles the buffers by
-them, exactly as a synchronous flush does): a flight's `wait()` lands it and those before it, and every store call
-that reads Redis lands them all first, so every read sees every write begun before it.
+two: core_thread.FLIGHTS); the line sends them one after the other, each once the one before is answered, so Redis
+applies the store's writes in the order they were begun. The store lands flights in that order (reads the answers
+and settles the buffers by them, exactly as a synchronous flush does): a flight's `wait()` lands it and those before
+it, and every store call that reads Redis lands them all first, so every read sees every write begun before it.
 
-A flight that did not land whole (a connection error, a failed script) halts the writer: no flight behind it is
+A flight that did not land whole (a connection error, a failed script) halts the line: no flight behind it is
 sent. Landing it puts what it took, then what each flight behind it took, back in front of the writes buffered
-since (`Taken.then`), answers those flights with the same error, and lets the writer go on: to the store it is as
+since (`Taken.then`), answers those flights with the same error, and lets the line go on: to the store it is as
 if those flushes had failed when they were begun, and the next flush sends them all, in order. A script call
-answered NOSCRIPT (a restarted server) is loaded and sent again on the writer thread, before the next flight goes:
+answered NOSCRIPT (a restarted server) is loaded and sent again on the line's thread, before the next flight goes:
 sent later, it would land behind newer writes.
 
 A big flush goes as several write_all calls in the same pipeline, each about PART_ROWS rows and lines (`parts`):
@@ -27,22 +27,19 @@ domain's writes stay atomic, as they are on a Cluster, and the round trips stay 
 
 from __future__ import annotations
 
-import queue
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 
 from redis.exceptions import NoScriptError
 
 from frontier_node.commit import Flushed
 from frontier_node.core.records import Entry
 from frontier_node.store.redis.handoff import Batch, FencedOut
+from frontier_node.store.redis.line import Line
 from frontier_node.store.redis.scripts import Call, Scripts
-from hostring.thread_names import name_os_thread
-
-T = TypeVar("T")
 
 PART_ROWS: Final = 256
 """Rows and journal lines a write_all call of a flush holds before the next domain starts another (see the module
@@ -107,10 +104,6 @@ class Taken:
         )
 
 
-class NotSent(ConnectionError):
-    """A flush was not sent: one begun before it did not land (its writes are buffered again, behind that one's)."""
-
-
 @dataclass(slots=True)
 class Packed:
     """A flush packed and not sent yet: its pipeline, whether node-scoped writes lead it, and its write_all calls
@@ -150,7 +143,7 @@ class Flight:
         return self.done or self.answers.done()
 
     def when_ready(self, callback: Callable[[], None]) -> None:
-        """Call back (on the writer thread, or now) once the answers are in."""
+        """Call back (on the line's thread, or now) once the answers are in."""
         self.answers.add_done_callback(lambda _: callback())
 
     def wait(self) -> None:
@@ -158,51 +151,6 @@ class Flight:
             self._settle(self)
         if self.error is not None:
             raise self.error
-
-
-class Writer:
-    """A daemon thread that runs calls to Redis in order, each answering a Future (a daemon: a Redis that stopped
-    answering must not hold the node's process at exit).
-
-    `halt()` (or a call that raised, when `halts`) stops it from running the calls behind: each is answered NotSent
-    until `resume()`. Flushes use that to keep their order (see the module docstring)."""
-
-    def __init__(self, name: str, *, halts: bool = False) -> None:
-        self._jobs: queue.SimpleQueue[tuple[Future[Any], Callable[[], Any]] | None] = queue.SimpleQueue()
-        self._halts = halts
-        self._halted = False
-        threading.Thread(target=self._run, name=name, daemon=True).start()
-
-    def submit(self, send: Callable[[], T]) -> Future[T]:
-        answers: Future[T] = Future()
-        self._jobs.put((answers, send))
-        return answers
-
-    def halt(self) -> None:
-        """Answer the calls behind the running one NotSent (called from the running call, on this thread)."""
-        self._halted = True
-
-    def resume(self) -> None:
-        """Run calls again (once every call answered NotSent is accounted for)."""
-        self._halted = False
-
-    def close(self) -> None:
-        self._jobs.put(None)
-
-    def _run(self) -> None:
-        name_os_thread()
-        while (job := self._jobs.get()) is not None:
-            answers, send = job
-            if self._halted:
-                answers.set_exception(NotSent("not sent: a flush begun before it did not land"))
-                continue
-            try:
-                result = send()
-            except BaseException as e:
-                self._halted = self._halts
-                answers.set_exception(e)
-            else:
-                answers.set_result(result)
 
 
 class Flights:
@@ -215,7 +163,8 @@ class Flights:
     _instance_key: str
     _scripts: Scripts
     _flights: list[Flight]
-    _writer: Writer | None
+    _line: Line | None
+    _r: Any
     _lock: threading.RLock
     _known_domains: set[str]
     _batches: dict[str, Batch]
@@ -245,7 +194,7 @@ class Flights:
 
     @property
     def flights_out(self) -> int:
-        """Flushes sent (or queued on the writer thread) and not landed yet."""
+        """Flushes sent (or queued on the line) and not landed yet."""
         return len(self._flights)
 
     def _settle(self) -> None:
@@ -270,22 +219,22 @@ class Flights:
     def _send_one(self, epoch: int, *, inline: bool) -> Flight | Flushed:
         """A flush on a single server in one round trip: the node-scoped writes, then write_all script calls for
         the domains' batches (the fences checked in the script; one call per part, see `parts`), in one pipeline,
-        sent on the writer thread behind the flights out, or `inline` (the caller landed them first: `_begin`); the
+        sent on the store's line behind the flights out, or `inline` (the caller landed them first: `_begin`); the
         buffers go with it."""
         packed = self._pack(epoch)
         if packed is None:
             return Flushed()
-        answers: Future[list[Any]] = Future()
         if inline:
+            answers: Future[list[Any]] = Future()
             try:
-                answers.set_result(self._execute(packed, None))
+                answers.set_result(self._finish(packed, packed.pipe.execute(raise_on_error=False), None))
             except Exception as e:
                 answers.set_exception(e)
         else:
-            if self._writer is None:
-                self._writer = Writer(f"redis-flush-{self.node_id}", halts=True)
-            writer = self._writer
-            answers = writer.submit(lambda: self._execute(packed, writer))
+            if self._line is None:
+                self._line = Line(self._r, f"redis-flush-{self.node_id}")
+            line = self._line
+            answers = line.submit(packed.pipe, lambda found: self._finish(packed, found, line))
         flight = Flight(self._settle_flight, answers, self._take(), epoch=epoch, node=packed.node, calls=packed.calls)
         self._flights.append(flight)
         return flight
@@ -306,10 +255,9 @@ class Flights:
             return None
         return Packed(pipe, node, calls)
 
-    def _execute(self, packed: Packed, writer: Writer | None) -> list[Any]:
-        """Send a packed flush and read its answers; a write_all part answered NOSCRIPT is loaded and sent again
-        here, before anything behind it. Any answer still an error halts `writer` (see the module docstring)."""
-        answers: list[Any] = packed.pipe.execute(raise_on_error=False)
+    def _finish(self, packed: Packed, answers: list[Any], line: Line | None) -> list[Any]:
+        """A packed flush's answers, with any write_all part answered NOSCRIPT loaded and sent again here, before
+        anything behind it. Any answer still an error halts `line` (see the module docstring)."""
         first = len(answers) - len(packed.calls)
         for n, (_, call) in enumerate(packed.calls):
             if isinstance(answers[first + n], NoScriptError):
@@ -317,8 +265,8 @@ class Flights:
                     answers[first + n] = self._scripts.eval("write_all", *call)
                 except Exception as e:
                     answers[first + n] = e
-        if writer is not None and any(isinstance(a, BaseException) for a in answers):
-            writer.halt()
+        if line is not None and any(isinstance(a, BaseException) for a in answers):
+            line.halt()
         return answers
 
     def _landed(self, flight: Flight) -> None:
@@ -362,16 +310,16 @@ class Flights:
 
     def _put_back(self, taken: Taken, error: BaseException) -> None:
         """Buffer `taken` again, in front of what was buffered since (a flush that did not land), with what the
-        flights behind it took in between: the writer halted at the failure and sent none of them. They are
+        flights behind it took in between: the line halted at the failure and sent none of them. They are
         answered with the same `error`, and the writer goes on."""
         behind, self._flights = self._flights, []
         for flight in behind:
-            flight.answers.exception()  # answered NotSent by the halted writer: wait for it, so none can still go
+            flight.answers.exception()  # answered NotSent by the halted line: wait for it, so none can still go
             taken = taken.then(flight.taken)
             flight.error, flight.done = error, True
         m = taken.then(self._take())
         self._batches, self._orphans, self._meta = m.batches, m.orphans, m.meta
         self._new_domains, self._new_keydom, self._new_hostdom = m.new_domains, m.new_keydom, m.new_hostdom
         self._links_out, self._posts, self._breaches = m.links_out, m.posts, m.breaches
-        if self._writer is not None:
-            self._writer.resume()
+        if self._line is not None:
+            self._line.resume()

@@ -20,9 +20,10 @@ On a Cluster: the node-scoped writes in their own round trip, then one script ca
 (a script cannot span slots there). Atomic per domain either way, not across domains: a FencedOut names the
 refused domains, and every other domain's batch landed.
 `begin_flush()` starts the single server's flush and returns before its answer (the core thread runs its next
-batch meanwhile): the pipeline goes out on the store's writer thread with the buffers it took, behind the flushes
-already out, and every other call that touches Redis (a read, a synchronous flush, a claim) lands them all first,
-so writes apply in order and reads see them; a flush that did not land puts its writes, and those of the flushes
+batch meanwhile): the pipeline goes out on the store's line (line.py: sent by the caller when no flush is out, else
+by the line's thread once the one before is answered) with the buffers it took, behind the flushes already out,
+and every other call that touches Redis (a read, a synchronous flush, a claim) lands them all first, so writes
+apply in order and reads see them; a flush that did not land puts its writes, and those of the flushes
 behind it (none sent), back in front of newer ones (flight.py).
 A `note()` goes to the domain its key names (the node's key table, else the URL in the key); a key that is
 not a URL goes to the node's orphan lines.
@@ -97,8 +98,9 @@ from frontier_node.store.redis.codec import (
     unpack_robots,
     unpack_row,
 )
-from frontier_node.store.redis.flight import Flight, Flights, Writer
+from frontier_node.store.redis.flight import Flight, Flights
 from frontier_node.store.redis.handoff import Batch, DomainHandoff, FencedOut
+from frontier_node.store.redis.line import Line
 from frontier_node.store.redis.mail import Mailroom, encode, link_messages, link_row
 from frontier_node.store.redis.scripts import Call, Scripts
 from hostring.domains import registrable_domain
@@ -155,7 +157,7 @@ class RedisStore(Flights, DomainHandoff):
         self._imax_landed: dict[str, int] = {}  # domain -> the highest imax this node's flushes landed there
         self._lost: StoreLost | None = None
         self._flights: list[Flight] = []  # flushes sent and not landed yet, oldest first (flight.py)
-        self._writer: Writer | None = None  # started at the first begin_flush
+        self._line: Line | None = None  # the flushes' connection and reader, opened at the first begin_flush
         self._instance_key = f"{namespace}:{{all}}:instance"
         self._r.set(self._instance_key, uuid.uuid4().hex, nx=True)
         self.instance = text(self._r.get(self._instance_key))
@@ -367,7 +369,7 @@ class RedisStore(Flights, DomainHandoff):
 
     def begin_flush(self) -> Flight | Flushed:
         """Start a flush and return without its answer: on a single server its pipeline is sent on the store's
-        writer thread behind the flushes out, and `wait()` on the result lands it (and those before it) as `flush()`
+        line behind the flushes out, and `wait()` on the result lands it (and those before it) as `flush()`
         would have (see flight.py). Every other call that touches Redis lands them all first. On a Cluster the flush
         runs at once."""
         with self._lock:
@@ -377,7 +379,7 @@ class RedisStore(Flights, DomainHandoff):
         self._begin(inline=True).wait()
 
     def _begin(self, *, inline: bool) -> Flight | Flushed:
-        """Start flushing the buffers: on the writer thread behind the flights out, or `inline` once they landed (even
+        """Start flushing the buffers: on the line behind the flights out, or `inline` once they landed (even
         with nothing buffered: a reader flushes to see every write begun). A Cluster has no flights out."""
         if inline:
             self._settle()
@@ -892,7 +894,7 @@ class RedisStore(Flights, DomainHandoff):
                 self._flush_locked()
             finally:
                 self._closed = True
-                if self._writer is not None:
-                    self._writer.close()
+                if self._line is not None:
+                    self._line.close()
                 if self._owns_client:
                     self.client.close()
