@@ -311,7 +311,7 @@ class Flights:
     def _put_back(self, taken: Taken, error: BaseException) -> None:
         """Buffer `taken` again, in front of what was buffered since (a flush that did not land), with what the
         flights behind it took in between: the line halted at the failure and sent none of them. They are
-        answered with the same `error`, and the writer goes on."""
+        answered with the same `error`, and the line goes on."""
         behind, self._flights = self._flights, []
         for flight in behind:
             flight.answers.exception()  # answered NotSent by the halted line: wait for it, so none can still go
