@@ -59,6 +59,10 @@ class _Flush:
     failed: BaseException | None = None  # what sending it met (part of it may have gone out)
 
 
+def _not_sent(flush: _Flush) -> None:
+    flush.answers.set_exception(NotSent("not sent: a flush begun before it did not land"))
+
+
 class Line:
     """One connection to a single Redis server and a daemon thread that reads its answers (a daemon: a Redis that
     stopped answering must not hold the node's process at exit). With `halts` false a call that raised answers its
@@ -67,8 +71,7 @@ class Line:
     def __init__(self, client: Any, name: str, *, halts: bool = True) -> None:
         self._connections = client.connection_pool
         self._halts = halts
-        self._conn: Any = None
-        self._up = False  # the held connection answered the last flush: the next may go on it
+        self._conn: Any = None  # held once a flush went through the pipeline; dropped on any failure
         self._lock = threading.Lock()
         self._busy = False  # a flush is out (being sent, or its answers not read yet)
         self._halted = False
@@ -82,13 +85,13 @@ class Line:
         flush = _Flush(pipe, finish)
         with self._lock:
             if self._halted:
-                flush.answers.set_exception(NotSent("not sent: a flush begun before it did not land"))
+                _not_sent(flush)
                 return flush.answers
             if self._busy:
                 self._waiting.append(flush)
                 return flush.answers
             self._busy = True
-            here = self._up
+            here = self._conn is not None
         if here:
             self._send(flush)
         self._out.put(flush)
@@ -119,7 +122,7 @@ class Line:
                     following = self._waiting.popleft() if self._waiting else None
                     self._busy = following is not None
                 for behind in dropped:
-                    behind.answers.set_exception(NotSent("not sent: a flush begun before it did not land"))
+                    _not_sent(behind)
                 flush = following
         self._drop()
 
@@ -147,7 +150,7 @@ class Line:
         line's thread sends it through the pipeline). Never raises: what the write met is kept for `_answer`, on the
         line's thread (the caller must go on to queue the flush there, or the line would stay busy)."""
         conn = self._conn
-        if conn is None or not self._up:
+        if conn is None:
             return
         try:
             if conn.can_read(timeout=0):  # a reply nobody asked for, or the server closed it
@@ -183,11 +186,10 @@ class Line:
         """Take a connection from the pool for the flushes to come (after one went through the pipeline)."""
         if self._conn is None:
             self._conn = self._connections.get_connection()
-        self._up = True
 
     def _drop(self) -> None:
         """Give the held connection back to the pool, closed (the pool reconnects it when it hands it out)."""
-        conn, self._conn, self._up = self._conn, None, False
+        conn, self._conn = self._conn, None
         if conn is not None:
             conn.disconnect()
             self._connections.release(conn)
