@@ -3,6 +3,7 @@
 Redis. `redis_url` is, in order of preference: $REDIS_URL; a throwaway testcontainers container when a Docker
 engine answers; a `redis-server` started here (hostring_testing.redis_server). `redis_cluster_url` always starts
 its own three primaries and joins them with `redis-cli --cluster create`. Both are started once per session.
+`srv` is a redis-server of one test's own, for tests that pause, kill or reconfigure it.
 Tests get a fresh key namespace each (`redis_namespace`), whose keys are deleted afterwards, so a shared server
 given by $REDIS_URL is never flushed.
 """
@@ -22,7 +23,7 @@ from hypothesis import settings
 from redis.cluster import RedisCluster
 
 from hostring_testing.crawls import CrawlProcess
-from hostring_testing.redis_server import NoRedis, RedisClusterServers, any_redis
+from hostring_testing.redis_server import NoRedis, RedisClusterServers, RedisServer, any_redis
 
 # Hypothesis's per-example deadline is a timing assertion: on a loaded machine it fails tests whose behaviour is
 # right. Examples are still bounded by each test's own max_examples and pytest-timeout.
@@ -63,6 +64,13 @@ def redis_cluster_url() -> Iterator[str]:
         pytest.skip(f"no Redis Cluster for the tests: {' and '.join(missing)} not found on PATH")
     with tempfile.TemporaryDirectory(prefix="hostring-cluster-") as tmp, RedisClusterServers(Path(tmp)) as cluster:
         yield cluster.url
+
+
+@pytest.fixture
+def srv(tmp_path: Path) -> Iterator[RedisServer]:
+    """A redis-server of this test's own: CLIENT PAUSE, CLIENT KILL and CONFIG SET touch nobody else."""
+    with RedisServer(tmp_path) as server:
+        yield server
 
 
 @pytest.fixture

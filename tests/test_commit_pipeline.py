@@ -27,7 +27,7 @@ import contextlib
 import itertools
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -56,12 +56,6 @@ from tests.test_node_shell import Served
 
 RPC_S = 20.0
 CONFIG = FrontierConfig(politeness=PolitenessConfig(min_delay_s=0.0))
-
-
-@pytest.fixture
-def srv(tmp_path: Path) -> Iterator[RedisServer]:
-    with RedisServer(tmp_path) as server:
-        yield server
 
 
 def held_back(admin: redis.Redis, others: int = 1) -> None:

@@ -12,8 +12,6 @@ Flight order, halting and putting writes back are in test_commit_pipeline.py.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,12 +24,6 @@ from frontier_node.store.redis.flight import Flight
 from hostring_testing.redis_server import RedisServer
 from tests.store_helpers import admit, make_entry, page, prime
 from tests.test_commit_pipeline import held_back
-
-
-@pytest.fixture
-def srv(tmp_path: Path) -> Iterator[RedisServer]:
-    with RedisServer(tmp_path) as server:
-        yield server
 
 
 def senders_of(store: RedisStore) -> list[str]:
