@@ -91,11 +91,16 @@ class Batch:
     more: list[Op[Any]] = field(default_factory=list)  # slices left: run again once the flush landed
     failed: list[tuple[Op[Any], BaseException]] = field(default_factory=list)  # answered with an error
     parked: list[Op[Any]] = field(default_factory=list)  # joined the waiting Leases
+    ahead: list[Op[Any]] = field(default_factory=list)  # parked, leased ahead: told of refusals, not answered here
     error: BaseException | None = None  # what stopped the batch before its flush (a failing tick, StoreLost)
     pending: Pending = field(default_factory=Flushed)
     timing: ExitStack = field(default_factory=ExitStack)  # the store timer, from the flush's start to its landing
 
     @property
     def idle(self) -> bool:
-        """Nothing ran: no op took a turn, none failed or started waiting, no waiting Lease was answered."""
-        return not (self.ran or self.finished or self.failed or self.parked or self.more) and self.error is None
+        """Nothing ran: no op took a turn or leased ahead, none failed or started waiting, no waiting Lease was
+        answered."""
+        return (
+            not (self.ran or self.finished or self.failed or self.parked or self.more or self.ahead)
+            and self.error is None
+        )

@@ -33,6 +33,11 @@ its reply are leased after the batch's ops, before the waiting Leases unless a w
 (`_lease`). On a store that pipelines, when no Lease waits, they are leased by the next batch (`_defer`): the
 completions' flush goes to Redis first and the core picks the leases while Redis applies it (about 6% more URLs a
 second in bench.cluster's lease-in-reply phase on one node); the reply is answered once both flushes landed.
+A completion batch that parks on the cluster's body index leases its reply ahead, in the batch where it parks, from
+the hosts ready then (`_lease_ahead`, unless a Lease waits): those leases go to Redis with that batch's flush while
+Redis answers the claims, and the reply is topped up with the hosts its completions freed when it has room left.
+When the leases ahead fill it, the completions' flush is the reply's last: one round trip fewer on its way (about
+10% more URLs a second in bench.cluster's lease-in-reply phase on one node).
 The thread sleeps until the next call, the next event of the core while Leases wait (`next_event_in`), the first
 Lease deadline, or TICK_S.
 
@@ -234,8 +239,8 @@ class CoreThread:
         """Land the oldest batch in flight; the ops of the batches after it (and of `batch`, run meanwhile) follow
         it: their writes were buffered after its own."""
         oldest = self._inflight.popleft()
-        following = [op for later in self._inflight for op in later.ran]
-        self._land(oldest, following + batch.ran if batch is not None else following)
+        following = [op for later in self._inflight for op in [*later.ran, *later.ahead]]
+        self._land(oldest, [*following, *batch.ran, *batch.ahead] if batch is not None else following)
 
     def _apply(self) -> Batch:
         """Run every queued op (those with slices left first) on the core, then serve the waiting Leases."""
@@ -270,6 +275,7 @@ class CoreThread:
                     continue
                 if step is Step.PARK:
                     self._park(op)
+                    self._lease_ahead(op, batch)
                     continue
                 if step is Step.WAIT:
                     assert isinstance(op, Lease)
@@ -295,6 +301,19 @@ class CoreThread:
         self._parked.append(op)
         if op.parked_on is not None:
             op.parked_on.add_done_callback(lambda _: self._wake.set())
+
+    def _lease_ahead(self, op: Op[Any], batch: Batch) -> None:
+        """A completion batch that parked on its bodies' registration leases its reply now, from the hosts ready
+        (none of its own: they are still leased), unless a Lease waits: those leases go to Redis with this batch's
+        flush while Redis answers the claims, not in a flush of their own once the completions ran. The op joins
+        the batch's `ahead`: told which domains its flush refused (only its leases: none of its completions ran
+        yet), and answered by its own batch later, not by this one (a failure here puts the leases back in front of
+        the next flush, which its answer waits for)."""
+        if not isinstance(op, Complete) or op.leased_ahead or self._waiters or op.lease_for is None:
+            return
+        self._lease_reply(op, ahead=True)
+        if op.leased:
+            batch.ahead.append(op)
 
     def _lease(self, batch: Batch) -> None:
         """Serve the waiting Leases, and the leases the batch's finished completions asked for in reply.
@@ -344,11 +363,15 @@ class CoreThread:
         batch.finished += carried
         return carried + fresh
 
-    def _lease_reply(self, op: Complete) -> None:
-        """The leases of a completion batch's reply. The completions are settled whatever happens here: a lease
-        that fails (a newer owner's fence met by a backlog read, say) leaves the reply without leases."""
+    def _lease_reply(self, op: Complete, *, ahead: bool = False) -> None:
+        """The leases of a completion batch's reply (`ahead`: those picked while it parks). The completions are
+        settled whatever happens here: a lease that fails (a newer owner's fence met by a backlog read, say) leaves
+        the reply without those leases."""
         try:
-            op.lease_reply(self.frontier)
+            if ahead:
+                op.lease_ahead(self.frontier)
+            else:
+                op.lease_reply(self.frontier)
         except StoreLost:
             raise
         except Fenced as e:
@@ -451,7 +474,7 @@ class CoreThread:
         """Wait for the batch's flush. A partly refused flush tells each op which domains were refused (an op may
         then leave links in the outbox: flushed again) and lets the node let go of those domains. A flush again
         also carries the writes of `following`, so its refusals are told to those ops as well."""
-        ran, wait = batch.ran, batch.pending.wait
+        ran, wait = [*batch.ran, *batch.ahead], batch.pending.wait
         for _ in range(3):
             try:
                 with batch.timing:
@@ -464,7 +487,7 @@ class CoreThread:
                 again = [op.refused(fenced, self.outbox) for op in ran]
                 if not any(again):
                     return
-                ran, wait = [*batch.ran, *following], self._flush
+                ran, wait = [*batch.ran, *batch.ahead, *following], self._flush
         self._flush()
 
     def _flush(self) -> None:

@@ -188,7 +188,8 @@ class Complete(Op[list[Settled]]):
     whose holder is not the completion's worker_id (an empty one included) is refused as not_holder.
     With `lease` (worker id, how many), up to that many items are then leased for the worker in the same commit
     (zero-wait turnaround: a host a completion released goes out at once when its politeness allows), by
-    `lease_reply`; they are in `leased` once the op finished (none in a domain a newer owner fenced).
+    `lease_reply`; they are in `leased` once the op finished (none in a domain a newer owner fenced). A slice that
+    parks may lease some of them first (`lease_ahead`, from the hosts ready then); `lease_reply` fills the rest.
     """
 
     def __init__(
@@ -206,6 +207,7 @@ class Complete(Op[list[Settled]]):
         self.primer = primer
         self.settled: list[tuple[Settled, str]] = []  # (answer, the lease's domain), in request order
         self._slice_from = 0  # the first completion of the slice the current commit holds
+        self.leased_ahead = False  # lease_ahead ran (once at most)
 
     def run(self, core: Frontier) -> Step:
         self.started = True
@@ -239,14 +241,25 @@ class Complete(Op[list[Settled]]):
 
     @property
     def lease_for(self) -> str | None:
-        """The worker the completions asked leases for (they are leased once every slice ran), or None."""
-        return self.lease[0] if self.lease is not None and self.lease[1] > 0 else None
+        """The worker the completions asked leases for while the reply has room left (they are leased once every
+        slice ran, some perhaps ahead), or None."""
+        return self.lease[0] if self.lease is not None and self.lease[1] > len(self.leased) else None
+
+    def lease_ahead(self, core: Frontier) -> None:
+        """Lease the reply from the hosts ready now, while a slice waits for its bodies' registration (the core
+        thread calls this once the slice parked, once per op). The completions' own hosts are still leased, so these
+        are other hosts; `lease_reply` adds the hosts the completions release if the reply has room left."""
+        lease = self.lease
+        if lease is not None and lease[1] > len(self.leased) and not self.leased_ahead:
+            self.leased_ahead = True
+            self.leased = core.lease(lease[0], lease[1])
 
     def lease_reply(self, core: Frontier) -> None:
-        """Lease what the completions asked for, in the commit that settles them (the core thread calls this once
-        the op is done, before or after the waiting Leases had their turn)."""
-        if self.lease is not None and self.lease[1] > 0:
-            self.leased = core.lease(self.lease[0], self.lease[1])
+        """Lease what the completions asked for and `lease_ahead` did not, in the commit that settles them (the
+        core thread calls this once the op is done, before or after the waiting Leases had their turn)."""
+        lease = self.lease
+        if lease is not None and lease[1] > len(self.leased):
+            self.leased += core.lease(lease[0], lease[1] - len(self.leased))
 
     def _one(self, core: Frontier, request: Any) -> tuple[Settled, str]:
         domain = lease_domain(core, request.lease_id)

@@ -402,6 +402,82 @@ def robots_settled(node: Node, hosts: dict[str, int]) -> None:
     done.result(RPC_S)
 
 
+def leased_ahead(op: Complete, n: int) -> None:
+    """Wait until `op`, parked, leased `n` items ahead of its completions, else fail."""
+    deadline = time.monotonic() + 10
+    while len(op.leased) < n:
+        assert time.monotonic() < deadline, f"leased ahead: {[it.url for it in op.leased]}, not {n}"
+        time.sleep(0.005)
+
+
+def test_a_parked_completion_batch_leases_its_reply_ahead_beside_its_claims(srv: RedisServer) -> None:
+    """A CompleteBatch asking for leases in its reply parks while Redis holds its bodies' claims; meanwhile it leases
+    its reply from the hosts ready then (not its own: they are still leased), in a flush that goes to Redis beside
+    the claims. Once its completions settle, the reply is topped up with the hosts they freed; it is answered once
+    its completions and all its leases are in Redis."""
+    node = Node(srv.url, bodies=True)
+    admin = redis.Redis.from_url(srv.url)
+    try:
+        hosts = ["a.example", "b.example", "c.example", "d.example"]
+        robots_settled(node, dict.fromkeys(hosts, 2))
+        (pages,) = node.submit(Lease("w", 2, 0.0))
+        mine = pages.result(RPC_S).items
+        others = sorted(set(hosts) - {it.host for it in mine})
+        assert len(mine) == 2 and len(others) == 2
+        admin.client_pause(4_000, all=False)
+        op = Complete([completion(it, 200, f"sha256:{n:064x}") for n, it in enumerate(mine)], None, ("w", 10),
+                      node.bodies)  # fmt: skip
+        (settled,) = node.submit(op)
+        held_back(admin)  # the claims are in Redis, held
+        leased_ahead(op, 2)
+        assert sorted(it.url for it in op.leased) == [f"http://{h}/p0" for h in others]
+        held_back(admin, others=2)  # the leases ahead went to Redis too, before the completions ran
+        assert not settled.done()
+        admin.client_unpause()
+        assert [a.accepted for a in settled.result(RPC_S)] == [True, True]
+        expected = [f"http://{h}/p0" for h in others] + sorted(f"http://{it.host}/p1" for it in mine)
+        assert [it.url for it in op.leased[:2]] + sorted(it.url for it in op.leased[2:]) == expected
+        assert all(stored_state(admin, it.domain, it.key) == "fetched" for it in mine)
+        assert all(stored_state(admin, it.domain, it.key) == "leased" for it in op.leased)
+    finally:
+        admin.client_unpause()
+        admin.close()
+        node.close()
+
+
+def test_a_lease_ahead_in_a_domain_a_newer_owner_fenced_is_not_in_the_reply(srv: RedisServer) -> None:
+    """The flush that carries a parked CompleteBatch's leases ahead is refused for c.example (a newer owner's fence):
+    the reply carries none of c.example's items, the node lets go of c.example, and Redis never shows them leased;
+    the completions and the leases for the hosts they freed land as ever."""
+    node = Node(srv.url, bodies=True)
+    newer = RedisStore.from_url(srv.url, node_id="n2", epoch=2)
+    admin = redis.Redis.from_url(srv.url)
+    try:
+        robots_settled(node, {"a.example": 2, "b.example": 2})
+        (pages,) = node.submit(Lease("w", 10, 0.0))
+        mine = pages.result(RPC_S).items
+        assert sorted(it.url for it in mine) == ["http://a.example/p0", "http://b.example/p0"]
+        robots_settled(node, {"c.example": 1})  # c.example/p0 ready, its domain written by n1 at epoch 1
+        newer.claim("c.example", 2)
+        admin.client_pause(4_000, all=False)
+        op = Complete([completion(it, 200, f"sha256:{n:064x}") for n, it in enumerate(mine)], None, ("w", 10),
+                      node.bodies)  # fmt: skip
+        (settled,) = node.submit(op)
+        leased_ahead(op, 1)
+        assert [it.url for it in op.leased] == ["http://c.example/p0"]
+        admin.client_unpause()
+        assert [a.accepted for a in settled.result(RPC_S)] == [True, True]
+        assert sorted(it.url for it in op.leased) == ["http://a.example/p1", "http://b.example/p1"]
+        assert {"c.example"} in node.fenced
+        assert stored_state(admin, "c.example", "http://c.example/p0") == "scheduled"
+        assert all(stored_state(admin, it.domain, it.key) == "fetched" for it in mine)
+    finally:
+        admin.client_unpause()
+        admin.close()
+        newer.close()
+        node.close()
+
+
 def test_a_reply_is_leased_by_the_next_batch_while_its_completions_flush_is_in_redis(srv: RedisServer) -> None:
     """A CompleteBatch asking for leases in its reply, no Lease waiting: its completions' flush goes to Redis first,
     and the next batch leases the reply while Redis holds that flush back (a second flush goes out behind it). The
