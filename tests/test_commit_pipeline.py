@@ -395,7 +395,7 @@ def robots_settled(node: Node, hosts: dict[str, int]) -> None:
     (ready,) = node.submit(Discover([Link(observed=f"http://{h}/p{i}", seed=True) for h, n in hosts.items()
                                      for i in range(n)]))  # fmt: skip
     ready.result(RPC_S)
-    (robots,) = node.submit(Lease("w", 10, 0.0))
+    (robots,) = node.submit(Lease("w", max(10, len(hosts)), 0.0))
     items = robots.result(RPC_S).items
     assert len(items) == len(hosts)
     (done,) = node.submit(Complete([completion(it, 404, "") for it in items], None))
@@ -475,6 +475,56 @@ def test_a_lease_ahead_in_a_domain_a_newer_owner_fenced_is_not_in_the_reply(srv:
         admin.client_unpause()
         admin.close()
         newer.close()
+        node.close()
+
+
+def fetched(item: Item, worker: str, body: int) -> pb.CompleteRequest:
+    """The completion of `item` by `worker`: a 200 with a body of its own (digest number `body`)."""
+    outcome = pb.Outcome(status=200, retry_after_s=-1, body_digest=f"sha256:{body:064x}")
+    return pb.CompleteRequest(lease_id=item.key, generation=item.generation, outcome=outcome, worker_id=worker)
+
+
+def test_replies_leased_ahead_keep_one_lease_a_host_and_lease_every_page_once(srv: RedisServer) -> None:
+    """Two workers, each completing all it holds in one CompleteBatch that asks for 4 leases in reply, their batches
+    queued together (they park on their claims side by side and lease ahead in one core batch: the first takes the
+    hosts ready then and is topped up once its completions freed theirs), until the web is crawled: no host is ever
+    held by two leases at once, every page is leased exactly once, and each reply's leases are in Redis, leased,
+    when it is answered."""
+    node = Node(srv.url, bodies=True)
+    admin = redis.Redis.from_url(srv.url)
+    try:
+        hosts = {f"h{i}.example": 5 for i in range(10)}  # 8 held at first: 2 ready while the batches park
+        robots_settled(node, hosts)
+        held: dict[str, list[Item]] = {}
+        for worker in ("w1", "w2"):
+            (first,) = node.submit(Lease(worker, 4, 0.0))
+            held[worker] = first.result(RPC_S).items
+        leased = [it.url for items in held.values() for it in items]
+        digests = itertools.count()
+        ahead = 0
+        for _ in range(40):
+            if not any(held.values()):
+                break
+            in_flight = [it.host for items in held.values() for it in items]
+            assert len(in_flight) == len(set(in_flight)), f"a host held twice: {sorted(in_flight)}"
+            ops = {
+                worker: Complete([fetched(it, worker, next(digests)) for it in items], None, (worker, 4), node.bodies)
+                for worker, items in held.items()
+                if items
+            }
+            answers = dict(zip(ops, node.submit(*ops.values()), strict=True))
+            for worker, op in ops.items():
+                assert all(a.accepted for a in answers[worker].result(RPC_S))
+                assert all(stored_state(admin, it.domain, it.key) == "leased" for it in op.leased)
+                ahead += op.leased_ahead
+                held[worker] = op.leased
+                leased += [it.url for it in op.leased]
+        assert not any(held.values())
+        assert ahead > 0, "no reply was leased ahead"
+        pages = sorted(f"http://{h}/p{i}" for h, n in hosts.items() for i in range(n))
+        assert sorted(leased) == pages, "a page leased twice, or never"
+    finally:
+        admin.close()
         node.close()
 
 
