@@ -500,6 +500,8 @@ class CompletionStream:
             raise self._break(_rpc_error(grpc.StatusCode.UNAVAILABLE, f"the completion stream ended: {e!r}")) from e
         finally:
             self._waiting.pop(tag, None)
+            if future.done() and not future.cancelled():
+                future.exception()  # a break answered it after its write failed: the caller has the error already
 
     def close(self) -> None:
         self._break(_rpc_error(grpc.StatusCode.CANCELLED, "the completion stream was closed"))

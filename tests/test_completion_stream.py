@@ -1,9 +1,11 @@
 """hostring.client.CompletionStream against a real node over loopback: batches answered by tag, and a node that goes
-away fails every waiting batch with an RPC error (the caller retries) instead of leaving it hanging."""
+away fails every waiting batch with an RPC error (the caller retries) instead of leaving it hanging. A write the
+transport refuses is played by a call of the test's own (when grpc.aio refuses one depends on timing)."""
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import signal
 from pathlib import Path
 
@@ -14,7 +16,7 @@ from frontier_node.core.config import FrontierConfig, PolitenessConfig
 from frontier_node.core.frontier import Frontier
 from frontier_node.service import FrontierService
 from frontier_node.store.memory import MemoryStore
-from hostring.client import CompletionBatcher, NodeClients
+from hostring.client import CompletionBatcher, CompletionStream, NodeClients
 from hostring.clock import WallClock
 from hostring.scrapy.session import StaticRing
 from hostring.v1 import frontier_pb2 as pb
@@ -96,6 +98,50 @@ def test_a_node_killed_mid_wait_fails_the_waiting_batch(tmp_path: Path) -> None:
         asyncio.run(go())
     finally:
         node.close()
+
+
+class _RefusingCall:
+    """A CompleteStream call whose transport is gone: every write fails UNAVAILABLE, as grpc.aio's does once the
+    connection is refused; the read waits until the call is cancelled."""
+
+    def __init__(self) -> None:
+        self.cancelled = asyncio.Event()
+
+    async def write(self, request: object) -> None:
+        raise grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(), "refused")
+
+    async def read(self) -> object:
+        await self.cancelled.wait()
+        raise asyncio.CancelledError
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+
+
+def test_a_batch_whose_write_fails_loses_no_future() -> None:
+    """A batch whose write on the stream fails (the node died before the worker wrote to it): the caller gets the
+    RPC error, the stream is broken, and no future is left with an exception nobody retrieves (a worker whose node
+    died logged "Future exception was never retrieved" with the whole RPC error for each such batch)."""
+
+    class Stub:
+        def CompleteStream(self) -> _RefusingCall:
+            return _RefusingCall()
+
+    async def go() -> None:
+        lost: list[str] = []
+        asyncio.get_running_loop().set_exception_handler(lambda _, context: lost.append(str(context.get("message"))))
+        stream = CompletionStream(Stub())  # type: ignore[arg-type]
+        with pytest.raises(grpc.aio.AioRpcError) as failed:
+            await stream.ask(pb.CompleteBatchRequest(), 5.0)
+        assert failed.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert stream.broken is not None
+        stream.close()
+        await asyncio.sleep(0)
+        del failed, stream  # the error's traceback holds the frame that held the batch's future
+        gc.collect()
+        assert lost == []
+
+    asyncio.run(go())
 
 
 @pytest.mark.parametrize("in_flight", [1, 2, 0])
