@@ -402,6 +402,13 @@ def robots_settled(node: Node, hosts: dict[str, int]) -> None:
     done.result(RPC_S)
 
 
+def landed(admin: redis.Redis, settled: Future[Any], done: list[Item], op: Complete) -> None:
+    """The reply came with every completion accepted, and Redis holds `done` fetched and the reply's leases leased."""
+    assert [a.accepted for a in settled.result(RPC_S)] == [True] * len(done)
+    assert all(stored_state(admin, it.domain, it.key) == "fetched" for it in done)
+    assert all(stored_state(admin, it.domain, it.key) == "leased" for it in op.leased)
+
+
 def leased_ahead(op: Complete, n: int) -> None:
     """Wait until `op`, parked, leased `n` items ahead of its completions, else fail."""
     deadline = time.monotonic() + 10
@@ -434,11 +441,9 @@ def test_a_parked_completion_batch_leases_its_reply_ahead_beside_its_claims(srv:
         held_back(admin, others=2)  # the leases ahead went to Redis too, before the completions ran
         assert not settled.done()
         admin.client_unpause()
-        assert [a.accepted for a in settled.result(RPC_S)] == [True, True]
+        landed(admin, settled, mine, op)
         expected = [f"http://{h}/p0" for h in others] + sorted(f"http://{it.host}/p1" for it in mine)
         assert [it.url for it in op.leased[:2]] + sorted(it.url for it in op.leased[2:]) == expected
-        assert all(stored_state(admin, it.domain, it.key) == "fetched" for it in mine)
-        assert all(stored_state(admin, it.domain, it.key) == "leased" for it in op.leased)
     finally:
         admin.client_unpause()
         admin.close()
@@ -466,11 +471,10 @@ def test_a_lease_ahead_in_a_domain_a_newer_owner_fenced_is_not_in_the_reply(srv:
         leased_ahead(op, 1)
         assert [it.url for it in op.leased] == ["http://c.example/p0"]
         admin.client_unpause()
-        assert [a.accepted for a in settled.result(RPC_S)] == [True, True]
+        landed(admin, settled, mine, op)
         assert sorted(it.url for it in op.leased) == ["http://a.example/p1", "http://b.example/p1"]
         assert {"c.example"} in node.fenced
         assert stored_state(admin, "c.example", "http://c.example/p0") == "scheduled"
-        assert all(stored_state(admin, it.domain, it.key) == "fetched" for it in mine)
     finally:
         admin.client_unpause()
         admin.close()
@@ -547,10 +551,8 @@ def test_a_reply_is_leased_by_the_next_batch_while_its_completions_flush_is_in_r
         assert not settled.done()
         assert all(stored_state(admin, it.domain, it.key) == "leased" for it in first)  # nothing landed yet
         admin.client_unpause()
-        assert [a.accepted for a in settled.result(RPC_S)] == [True, True]
+        landed(admin, settled, first, op)
         assert sorted(it.url for it in op.leased) == ["http://a.example/p1", "http://b.example/p1"]
-        assert all(stored_state(admin, it.domain, it.key) == "fetched" for it in first)
-        assert all(stored_state(admin, it.domain, it.key) == "leased" for it in op.leased)
     finally:
         admin.client_unpause()
         admin.close()
