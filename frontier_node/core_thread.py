@@ -377,7 +377,7 @@ class CoreThread:
         except Fenced as e:
             self.on_fenced({e.domain, *(o.domain for o in e.others)})
         except Exception:
-            log.exception("leasing with a completion batch failed; its reply carries no leases")
+            log.exception("leasing for a completion batch's reply failed; the reply carries none of those leases")
 
     def _start(self, batch: Batch) -> None:
         """Start the batch's flush (nothing is written once the store lost data, or when the batch failed)."""
