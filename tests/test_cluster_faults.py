@@ -93,7 +93,27 @@ def every_page(c: Cluster, web: LocalWeb, oracle: Oracle, timeout: float, what: 
                     f"{node_id} at epoch {st.ring_epoch}: {dict(st.urls_by_state)}, in flight {st.in_flight}, "
                     f"hosts with work {st.hosts_with_work}, next ready in {st.next_ready_s:.1f}s {st.waiting_for}"
                 )
+        with contextlib.suppress(Exception):
+            note_leases(c)
         raise
+
+
+def note_leases(c: Cluster, most: int = 3) -> None:
+    """Note, for up to `most` rows Redis holds leased, the journal lines that name the row (every writer's): which
+    node leased it, when and under which generation, and what came after."""
+    r = redis.Redis.from_url(c.redis_url)
+    try:
+        shown = 0
+        for items in r.scan_iter(match="*}:items"):
+            for key, row in r.hgetall(items).items():
+                if shown >= most or not row.startswith(b"leased\x1f"):
+                    continue
+                shown += 1
+                prefix = items[: -len(b"items")]
+                lines = [m for j in r.scan_iter(match=prefix + b"j:*") for m in r.zrange(j, 0, -1) if key in m]
+                c.note(f"leased in Redis: {key.decode()} ({row[:60]!r}); its journal lines: {sorted(lines)[-4:]}")
+    finally:
+        r.close()
 
 
 @contextlib.contextmanager
