@@ -249,10 +249,9 @@ class Complete(Op[list[Settled]]):
         """Lease the reply from the hosts ready now, while a slice waits for its bodies' registration (the core
         thread calls this once the slice parked, once per op). The completions' own hosts are still leased, so these
         are other hosts; `lease_reply` adds the hosts the completions release if the reply has room left."""
-        lease = self.lease
-        if lease is not None and lease[1] > len(self.leased) and not self.leased_ahead:
+        if not self.leased_ahead:
             self.leased_ahead = True
-            self.leased = core.lease(lease[0], lease[1])
+            self.lease_reply(core)
 
     def lease_reply(self, core: Frontier) -> None:
         """Lease what the completions asked for and `lease_ahead` did not, in the commit that settles them (the
