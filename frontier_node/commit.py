@@ -97,6 +97,11 @@ class Batch:
     timing: ExitStack = field(default_factory=ExitStack)  # the store timer, from the flush's start to its landing
 
     @property
+    def wrote(self) -> list[Op[Any]]:
+        """The ops whose writes this batch's flush carries (`ran` and `ahead`): told which domains it refused."""
+        return [*self.ran, *self.ahead]
+
+    @property
     def idle(self) -> bool:
         """Nothing ran: no op took a turn or leased ahead, none failed or started waiting, no waiting Lease was
         answered."""

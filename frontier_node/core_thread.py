@@ -239,8 +239,8 @@ class CoreThread:
         """Land the oldest batch in flight; the ops of the batches after it (and of `batch`, run meanwhile) follow
         it: their writes were buffered after its own."""
         oldest = self._inflight.popleft()
-        following = [op for later in self._inflight for op in [*later.ran, *later.ahead]]
-        self._land(oldest, [*following, *batch.ran, *batch.ahead] if batch is not None else following)
+        following = [op for later in self._inflight for op in later.wrote]
+        self._land(oldest, [*following, *batch.wrote] if batch is not None else following)
 
     def _apply(self) -> Batch:
         """Run every queued op (those with slices left first) on the core, then serve the waiting Leases."""
@@ -474,7 +474,7 @@ class CoreThread:
         """Wait for the batch's flush. A partly refused flush tells each op which domains were refused (an op may
         then leave links in the outbox: flushed again) and lets the node let go of those domains. A flush again
         also carries the writes of `following`, so its refusals are told to those ops as well."""
-        ran, wait = [*batch.ran, *batch.ahead], batch.pending.wait
+        ran, wait = batch.wrote, batch.pending.wait
         for _ in range(3):
             try:
                 with batch.timing:
@@ -487,7 +487,7 @@ class CoreThread:
                 again = [op.refused(fenced, self.outbox) for op in ran]
                 if not any(again):
                     return
-                ran, wait = [*batch.ran, *batch.ahead, *following], self._flush
+                ran, wait = [*batch.wrote, *following], self._flush
         self._flush()
 
     def _flush(self) -> None:
