@@ -482,12 +482,6 @@ def test_a_lease_ahead_in_a_domain_a_newer_owner_fenced_is_not_in_the_reply(srv:
         node.close()
 
 
-def fetched(item: Item, worker: str, body: int) -> pb.CompleteRequest:
-    """The completion of `item` by `worker`: a 200 with a body of its own (digest number `body`)."""
-    outcome = pb.Outcome(status=200, retry_after_s=-1, body_digest=f"sha256:{body:064x}")
-    return pb.CompleteRequest(lease_id=item.key, generation=item.generation, outcome=outcome, worker_id=worker)
-
-
 def test_replies_leased_ahead_keep_one_lease_a_host_and_lease_every_page_once(srv: RedisServer) -> None:
     """Two workers, each completing all it holds in one CompleteBatch that asks for 4 leases in reply, their batches
     queued together (they park on their claims side by side and lease ahead in one core batch: the first takes the
@@ -512,7 +506,12 @@ def test_replies_leased_ahead_keep_one_lease_a_host_and_lease_every_page_once(sr
             in_flight = [it.host for items in held.values() for it in items]
             assert len(in_flight) == len(set(in_flight)), f"a host held twice: {sorted(in_flight)}"
             ops = {
-                worker: Complete([fetched(it, worker, next(digests)) for it in items], None, (worker, 4), node.bodies)
+                worker: Complete(
+                    [completion(it, 200, f"sha256:{next(digests):064x}", worker) for it in items],
+                    None,
+                    (worker, 4),
+                    node.bodies,
+                )
                 for worker, items in held.items()
                 if items
             }
@@ -611,10 +610,10 @@ def test_a_reply_is_leased_with_its_completions_when_a_lease_waits(srv: RedisSer
         node.close()
 
 
-def completion(item: Any, status: int, digest: str) -> pb.CompleteRequest:
-    """The completion of a leased core Item with `status` (and a body `digest`), by worker "w"."""
+def completion(item: Any, status: int, digest: str, worker_id: str = "w") -> pb.CompleteRequest:
+    """The completion of a leased core Item with `status` (and a body `digest`), by `worker_id`."""
     outcome = pb.Outcome(status=status, retry_after_s=-1, content_type="text/html", body_digest=digest)
-    return pb.CompleteRequest(lease_id=item.key, generation=item.generation, outcome=outcome, worker_id="w")
+    return pb.CompleteRequest(lease_id=item.key, generation=item.generation, outcome=outcome, worker_id=worker_id)
 
 
 # ============================================================================================== served over gRPC
