@@ -113,7 +113,9 @@ def start_coordinator(
     client: redis.Redis | None = None
     backend: MembershipBackend = MemoryBackend()
     if redis_url:
-        client = redis.Redis.from_url(redis_url, socket_timeout=2.0, socket_connect_timeout=2.0)
+        client = redis.Redis.from_url(
+            redis_url, socket_timeout=2.0, socket_connect_timeout=2.0, client_name="hostring-coordinator"
+        )
         backend = RedisBackend(client, namespace)
     try:
         membership = Membership(

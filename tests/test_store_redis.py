@@ -268,6 +268,19 @@ def test_decoded_responses_and_from_url(redis_url: str, redis_namespace: str) ->
         client.close()
 
 
+def test_from_url_names_the_connections_after_the_node(redis_url: str, redis_namespace: str) -> None:
+    """CLIENT LIST says which node holds a connection, even for an id CLIENT SETNAME would refuse as it is."""
+    s = RedisStore.from_url(redis_url, node_id="node 1\u00e9", epoch=1, namespace=redis_namespace)
+    admin = redis.Redis.from_url(redis_url)
+    try:
+        admit(s, 1, page("/", "www.named.dev", 1))
+        assert "hostring-node:node_1_" in {c["name"] for c in admin.client_list()}
+    finally:
+        s.close()
+        _drop(RedisStore(admin, node_id="n1", epoch=1, namespace=redis_namespace))
+        admin.close()
+
+
 def test_from_url_picks_the_cluster_client(redis_cluster_url: str, redis_namespace: str) -> None:
     s = RedisStore.from_url(redis_cluster_url, node_id="n1", epoch=1, namespace=redis_namespace)
     try:

@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import heapq
 import json
+import re
 import threading
 import time
 import uuid
@@ -110,6 +111,13 @@ RedisClient = redis.Redis | RedisCluster
 
 _JOURNAL_WINDOW: Final = 8192
 _SCAN_COUNT: Final = 2000
+_UNNAMEABLE: Final = re.compile(r"[^!-~]")
+
+
+def client_name(node_id: str) -> str:
+    """The name a node's Redis connections carry: "hostring-node:<id>", with what CLIENT SETNAME refuses (spaces,
+    control and non-ASCII characters) as "_"."""
+    return "hostring-node:" + _UNNAMEABLE.sub("_", node_id)
 
 
 class RedisStore(Flights, DomainHandoff):
@@ -166,8 +174,10 @@ class RedisStore(Flights, DomainHandoff):
     def from_url(
         cls, url: str, *, node_id: str, epoch: Callable[[], int] | int, namespace: str = "hostring"
     ) -> RedisStore:
-        """Open a store on `url`, with the Cluster client when the server says cluster mode is on; close() closes it."""
-        plain = redis.Redis.from_url(url)
+        """Open a store on `url`, with the Cluster client when the server says cluster mode is on; close() closes it.
+        Its connections carry the node's name (CLIENT LIST shows which node holds which connection)."""
+        name = client_name(node_id)
+        plain = redis.Redis.from_url(url, client_name=name)
         try:
             clustered = bool(plain.info("cluster").get("cluster_enabled"))
         except BaseException:
@@ -176,7 +186,7 @@ class RedisStore(Flights, DomainHandoff):
         client: RedisClient = plain
         if clustered:
             plain.close()
-            client = RedisCluster.from_url(url)
+            client = RedisCluster.from_url(url, client_name=name)
         store = cls(client, node_id=node_id, epoch=epoch, namespace=namespace)
         store._owns_client = True
         return store
