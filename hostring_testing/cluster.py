@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol, Self
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, Self
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -27,7 +27,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hostring.limits import grpc_options
 from hostring.membership import ring_from_proto
 from hostring.ring import Ring
-from hostring.urls import identify
+from hostring.urls import ROBOTS_PREFIX, identify
 from hostring.v1 import coordinator_pb2 as cpb
 from hostring.v1 import coordinator_pb2_grpc as cpb_grpc
 from hostring.v1 import frontier_pb2 as pb
@@ -35,11 +35,17 @@ from hostring.v1 import frontier_pb2_grpc as pb_grpc
 from hostring_testing.crawls import LOOPBACK, UA, settled_at
 from hostring_testing.proc import REPO, Proc, child_env, hostring_cmd, log_records
 
+if TYPE_CHECKING:
+    from hostring_testing.oracle import Oracle
+    from hostring_testing.server import LocalWeb
+
 __all__ = [
     "RPC_TIMEOUT_S",
     "Cluster",
     "Handoff",
     "assert_no_node_errors",
+    "journals",
+    "key_for_resource",
     "node_errors",
     "settled_at",
     "single_owner",
@@ -342,6 +348,17 @@ class JournalSource(Protocol):
     def all_domains(self) -> Iterable[str]: ...
 
     def export_domain(self, domain: str) -> dict[str, Any]: ...
+
+
+def key_for_resource(web: LocalWeb, oracle: Oracle, origin: str, resource: str) -> str:
+    """The fetch key (or robots item key) a server-side (origin, resource) was requested under."""
+    label = web.labels[origin]
+    if resource == "/robots.txt":
+        return ROBOTS_PREFIX + identify(web.url(label)).origin
+    for home, target in oracle.robots_redirects.items():
+        if target == (label, resource):
+            return ROBOTS_PREFIX + identify(web.url(home)).origin
+    return identify(origin + resource).fetch_key
 
 
 def journals(judge: JournalSource) -> dict[str, list[dict[str, Any]]]:

@@ -47,7 +47,15 @@ from hostring.ring import Ring
 from hostring.urls import ROBOTS_PREFIX, identify
 from hostring.v1 import frontier_pb2 as pb
 from hostring_testing import LocalWeb, Oracle, needed_depth, oracle_for, random_model, render_model
-from hostring_testing.cluster import Cluster, assert_no_node_errors, journals, settled_at, single_owner, wait_for
+from hostring_testing.cluster import (
+    Cluster,
+    assert_no_node_errors,
+    journals,
+    key_for_resource,
+    settled_at,
+    single_owner,
+    wait_for,
+)
 from hostring_testing.crawls import TOKEN, gaps, politeness_violations, short_pauses
 from hostring_testing.proc import STARTUP_TIMEOUT_S, log_records
 from hostring_testing.server import Hit
@@ -61,17 +69,6 @@ def redis_progress(judge: RedisStore) -> Counter[str]:
     for domain in judge.all_domains():
         total.update(judge.domain_counts(domain))
     return total
-
-
-def key_for_resource(web: LocalWeb, oracle: Oracle, origin: str, resource: str) -> str:
-    """The fetch key (or robots item key) a server-side (origin, resource) was requested under."""
-    label = web.labels[origin]
-    if resource == "/robots.txt":
-        return ROBOTS_PREFIX + identify(web.url(label)).origin
-    for home, target in oracle.robots_redirects.items():
-        if target == (label, resource):
-            return ROBOTS_PREFIX + identify(web.url(home)).origin
-    return identify(origin + resource).fetch_key
 
 
 def unexplained_duplicates(web: LocalWeb, oracle: Oracle, lines: dict[str, list[dict[str, Any]]]) -> list[str]:
