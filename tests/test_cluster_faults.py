@@ -28,7 +28,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -499,27 +498,25 @@ def test_a_lease_written_by_a_node_killed_before_it_answered_is_leased_again_aft
 
         admin.client_pause(10_000, all=False)  # writes wait (for at most 10 s); reads go on
         asked = time.time()
-        answer: Future[pb.LeaseResponse] = Future()
-        threading.Thread(target=lambda: answer_with(answer, lambda: stub.Lease(pb.LeaseRequest(
-            worker_id="t", max_items=1), timeout=RPC_TIMEOUT_S)), daemon=True).start()  # fmt: skip
+        answer = stub.Lease.future(pb.LeaseRequest(worker_id="t", max_items=1), timeout=RPC_TIMEOUT_S)
         name = client_name(victim)
         wait_for(lambda: any(cl["name"] == name and "b" in cl["flags"] for cl in admin.client_list()), 10,
                  f"{victim}'s lease write to wait in Redis")  # fmt: skip
         c.procs[victim].send(signal.SIGSTOP)
         admin.client_unpause()
         c.note(f"{victim} stopped with its lease write in Redis; writes let through")
-        orphans: list[str] = []
+        unanswered: list[str] = []
 
         def leased_by_victim() -> bool:
             lines = journals(judge)
-            orphans[:] = [k for k, h in lines.items() if h[-1]["event"] == "lease" and h[-1]["writer"] == victim]
-            return bool(orphans)
+            unanswered[:] = [k for k, h in lines.items() if h[-1]["event"] == "lease" and h[-1]["writer"] == victim]
+            return bool(unanswered)
 
         wait_for(leased_by_victim, 10, f"the lease {victim} wrote to land")
         c.procs[victim].stop(signal.SIGKILL)
-        c.note(f"{victim} SIGKILLed; its lease of {orphans} was never answered")
+        c.note(f"{victim} SIGKILLed; its lease of {unanswered} was never answered")
         with pytest.raises(grpc.RpcError):
-            answer.result(RPC_TIMEOUT_S + 5)
+            answer.result()
         c.wait_settled({survivor}, 30.0)
         c.start_workers("w1")
 
@@ -532,8 +529,8 @@ def test_a_lease_written_by_a_node_killed_before_it_answered_is_leased_again_aft
 
         wait_for(every_page_settled, 60, "every page to be fetched and settled in Redis", interval=0.2)
         lines = journals(judge)
-    (orphan,) = orphans
-    history = [(e["writer"], e["event"], e["gen"]) for e in lines[orphan]]
+    (key,) = unanswered
+    history = [(e["writer"], e["event"], e["gen"]) for e in lines[key]]
     leases = [h for h in history if h[1] == "lease"]
     assert [w for w, _, _ in leases] == [victim, survivor] and leases[0][2] != leases[1][2], history
     assert (survivor, "expire", leases[0][2]) in history, history
@@ -541,7 +538,7 @@ def test_a_lease_written_by_a_node_killed_before_it_answered_is_leased_again_aft
     fetched = Counter(h.label for h in web.hits if h.resource == "/p")
     assert fetched == Counter(labels), fetched
     assert all(web.max_concurrency(label) <= 1 for label in labels)
-    label = next(lb for lb, url in urls.items() if identify(url).fetch_key == orphan)
+    label = next(lb for lb, url in urls.items() if identify(url).fetch_key == key)
     (started,) = [t for lb, r, t in web.started if lb == label and r == "/p"]
     assert started >= asked + lease_s, f"{label} requested {started - asked:.2f}s after its lease, before it ended"
 
@@ -550,14 +547,6 @@ def robots_404(item: pb.LeaseItem) -> pb.CompleteRequest:
     """The completion of a robots.txt lease as a 404 (allow all), by this test's worker "t"."""
     outcome = pb.Outcome(status=404, retry_after_s=-1)
     return pb.CompleteRequest(lease_id=item.lease_id, generation=item.generation, outcome=outcome, worker_id="t")
-
-
-def answer_with(future: Future[Any], call: Callable[[], Any]) -> None:
-    """Run `call` (on a thread of its own) and settle `future` with its result or its error."""
-    try:
-        future.set_result(call())
-    except BaseException as e:
-        future.set_exception(e)
 
 
 @pytest.mark.timeout(150)
