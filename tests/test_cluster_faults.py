@@ -370,6 +370,24 @@ def unanswered_leases(c: Cluster, web: LocalWeb, oracle: Oracle, writer: str) ->
     return stuck, {k for k, w in stuck.items() if w == writer and k not in requested}
 
 
+def two_nodes_seeded(
+    c: Cluster, web: LocalWeb, labels: list[str], resource: str
+) -> tuple[dict[str, str], list[str], str, str]:
+    """A coordinator and nodes n1 and n2 with `resource` of every label seeded: the URLs by label, the labels whose
+    domain the victim owns (the node that owns more of them), the victim and the other node."""
+    c.hits_of = lambda: len(web.hits)
+    c.start_coordinator()
+    c.start_nodes("n1", "n2")
+    ring = c.wait_settled({"n1", "n2"}, STARTUP_TIMEOUT_S)
+    urls = {label: web.url(label, resource) for label in labels}
+    owner = {label: getattr(ring.owner(identify(url).domain), "node_id", None) for label, url in urls.items()}
+    victim = max(("n1", "n2"), key=lambda n: (list(owner.values()).count(n), n))
+    mine = [label for label in labels if owner[label] == victim]
+    assert mine, owner
+    c.seed(list(urls.values()))
+    return urls, mine, victim, "n2" if victim == "n1" else "n1"
+
+
 Complaints = Callable[[], list[str]]
 """What a fetcher said went wrong with its leases (gone, not completed, stale); empty when nothing did."""
 
@@ -416,18 +434,7 @@ def sigkill_a_node_holding_leases(
         running(c),
     ):
         judge = RedisStore(client, node_id="test-judge", epoch=0)
-        c.hits_of = lambda: len(web.hits)
-        c.start_coordinator()
-        c.start_nodes("n1", "n2")
-        ring = c.wait_settled({"n1", "n2"}, STARTUP_TIMEOUT_S)
-        urls = {label: web.url(label, "/slow") for label in labels}
-        owner = {label: ring.owner(identify(url).domain) for label, url in urls.items()}
-        owned = Counter(m.node_id for m in owner.values() if m is not None)
-        victim = max(("n1", "n2"), key=lambda n: (owned[n], n))
-        survivor = "n2" if victim == "n1" else "n1"
-        mine = [label for label in labels if owner[label] is not None and owner[label].node_id == victim]
-        assert mine, owned
-        c.seed(list(urls.values()))
+        urls, mine, victim, survivor = two_nodes_seeded(c, web, labels, "/slow")
         with fetcher(c) as complaints:
             wait_for(lambda: all(web.has_started(label, "/slow") for label in labels), 60, "every request to begin")
             c.procs[victim].stop(signal.SIGKILL)
@@ -477,20 +484,11 @@ def test_a_lease_written_by_a_node_killed_before_it_answered_is_leased_again_aft
         running(c),
     ):
         judge = RedisStore(admin, node_id="test-judge", epoch=0)
-        c.hits_of = lambda: len(web.hits)
-        c.start_coordinator()
-        c.start_nodes("n1", "n2")
-        ring = c.wait_settled({"n1", "n2"}, STARTUP_TIMEOUT_S)
-        urls = {label: web.url(label, "/p") for label in labels}
-        owner = {label: ring.owner(identify(url).domain) for label, url in urls.items()}
-        owned = Counter(m.node_id for m in owner.values() if m is not None)
-        victim = max(("n1", "n2"), key=lambda n: (owned[n], n))
-        survivor = "n2" if victim == "n1" else "n1"
-        c.seed(list(urls.values()))
+        urls, mine, victim, survivor = two_nodes_seeded(c, web, labels, "/p")
         # This test is the victim's worker for its robots.txt items (404): its pages are then ready.
         stub = c.frontier(victim)
         robots = stub.Lease(pb.LeaseRequest(worker_id="t", max_items=len(labels)), timeout=RPC_TIMEOUT_S).items
-        assert len(robots) == owned[victim] and all(it.kind == pb.ROBOTS for it in robots), robots
+        assert len(robots) == len(mine) and all(it.kind == pb.ROBOTS for it in robots), robots
         settled = stub.CompleteBatch(
             pb.CompleteBatchRequest(completions=[robots_404(it) for it in robots]), timeout=RPC_TIMEOUT_S
         )
