@@ -576,8 +576,15 @@ def test_a_reply_whose_completions_flush_fails_is_answered_with_the_error(srv: R
         with pytest.raises(redis.exceptions.OutOfMemoryError):
             settled.result(RPC_S)
         admin.config_set("maxmemory", 0)
-        (later,) = node.submit(Discover(links("b.example", 1, "x")))
-        later.result(RPC_S)
+        # On a loaded machine the node may begin another flush (its writes put back) before Redis takes writes
+        # again: it fails too, a batch behind it is answered with that error, and its writes go with the next one.
+        for attempt in itertools.count():
+            (later,) = node.submit(Discover(links("b.example", 1, f"x{attempt}")))
+            try:
+                later.result(RPC_S)
+                break
+            except redis.exceptions.OutOfMemoryError:
+                assert attempt < 3, "flushes kept failing once Redis took writes again"
         assert stored_state(admin, "a.example", p0.key) == "fetched"
     finally:
         admin.config_set("maxmemory", 0)

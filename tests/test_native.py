@@ -119,8 +119,11 @@ def test_the_core_tests_pass_against_the_compiled_modules(tmp_path: Path) -> Non
         check=True,
     )
     assert probe.stdout.strip().endswith(sysconfig.get_config_var("EXT_SUFFIX")), probe.stdout
+    # --show-capture=no: a failure's report is its traceback, not the logs it captured (which filled the tail below
+    # and hid the assertion that failed)
+    pytest_args = ["-q", "-n", "0", "-p", "no:cacheprovider", "--tb=short", "--show-capture=no"]
     tests = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", "--tb=short", *COMPILED_SUITE],
+        [sys.executable, "-m", "pytest", *pytest_args, *COMPILED_SUITE],
         cwd=copy,
         env=env,
         capture_output=True,
