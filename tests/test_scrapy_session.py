@@ -10,7 +10,8 @@ import asyncio
 import collections
 import contextlib
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -93,7 +94,7 @@ async def _crawl(address: str) -> tuple[list[str], int]:
         session.discover(link, on_verdict)
     session.start()
     try:
-        while not session.finished():
+        while session.busy or not session.finished():  # as the scheduler's has_pending_requests asks
             await asyncio.sleep(0.05)
     finally:
         await session.close()
@@ -115,6 +116,47 @@ def test_leases_ride_back_with_completions(node: Served) -> None:
     items = PAGES + HOSTS
     assert calls["Lease"] + calls["CompleteBatch"] <= items + items // 4, calls
     assert calls["Lease"] <= items // 2, calls
+
+
+def test_a_link_discovered_after_the_node_said_drained_keeps_the_session_going(node: Served) -> None:
+    """The node has answered "drained" for the whole grace period (finished); then this process discovers a link.
+    Once its Discover is answered the session is not finished (the node admitted work since it said drained), and
+    the link's host is leased. (Before: a drained answer from before the Discover still counted, and a scheduler
+    asking between the answer and the next poll was told the crawl was over, with the link left on the node.)"""
+
+    async def run() -> tuple[bool, list[str]]:
+        leased: list[str] = []
+        session = FrontierSession(
+            StaticRing([node.address]),
+            worker_id="spider-1",
+            capacity=4,
+            on_lease=lambda lease: leased.append(lease.item.url),
+            stat=lambda key, n: None,
+            drain_grace_s=0.3,
+        )
+        session.start()
+        try:
+            await wait_until(session.finished, "the session to finish on an empty node")
+            (link,) = seeds(1, 1)
+            session.discover(link, lambda verdict: None)
+            while session.busy:  # the Discover is out; the lease loop sleeps between drained answers meanwhile
+                await asyncio.sleep(0.001)
+            finished_after = session.finished()
+            await wait_until(lambda: bool(leased), "the link's host to be leased")
+        finally:
+            await session.close()
+        return finished_after, leased
+
+    finished_after, leased = asyncio.run(run())
+    assert not finished_after, "finished with a link just admitted on the node"
+    assert leased == ["http://h0.example/robots.txt"], leased
+
+
+async def wait_until(condition: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.01)
 
 
 _TROUBLE = ("hostring/renew/lost", "hostring/complete/unreachable", "hostring/complete/stale")

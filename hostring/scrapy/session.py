@@ -370,7 +370,7 @@ class FrontierSession:
                 try:
                     await self.clients.route(foreign)
                 finally:
-                    self._discovering -= len(foreign)
+                    self._discovered(len(foreign))
             links = own
         request = pb.CompleteRequest(
             lease_id=lease.item.lease_id,
@@ -423,7 +423,14 @@ class FrontierSession:
         try:
             await self.clients.route(links)
         finally:
-            self._discovering -= len(links)
+            self._discovered(len(links))
+
+    def _discovered(self, n: int) -> None:
+        """`n` links this process sent to Discover are answered: a node's "drained" from before may no longer hold
+        (it may have admitted them), so finished() waits for drained answers given after."""
+        self._discovering -= n
+        for address in self._drained_since:
+            self._drained_since[address] = None
 
     # ------------------------------------------------------------------ discovering
 
@@ -455,6 +462,6 @@ class FrontierSession:
         try:
             await self.clients.route([link for link, _ in batch], on_verdicts=answered)
         finally:
-            self._discovering -= len(batch)
+            self._discovered(len(batch))
             for callback in waiting.values():
                 callback(None)
