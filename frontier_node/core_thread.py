@@ -21,7 +21,9 @@ A flush partly refused by a newer owner's fence is handled for the ops of its ow
 when that needs another flush, that one also carries the later batches' writes, so its refusals are told to their
 ops too; a later batch's own flush meets the same fence and is handled when it lands. A failed flush answers its
 batch's calls with the error, and so are those of the flushes behind it (none sent): their writes go back in front
-of the next batch's (sent again, in order).
+of the next batch's (sent again, in order). The leases those calls made reach no worker: they are taken back at
+once (`Frontier.take_back`: scheduled again, not a try), so a store's blip does not hold their hosts until the
+leases expire.
 Completions parked on the cluster's body index (Step.PARK: their bodies registered off this thread) run once it
 answers, first in the next batch. An op with slices left runs its next slice only once its batch landed. Between
 batches the lock is let go with flushes in flight: a handoff or the mail poller then lands them through the store
@@ -414,6 +416,11 @@ class CoreThread:
             skip -= {id(op) for op in finished}
             gone = {id(op): op for op in [*batch.ops, *batch.ran, *finished] if id(op) not in skip}
             failed += [(op, e) for op in gone.values()]
+            # Their leases reach no worker: scheduled again now, rather than holding their hosts until they expire.
+            try:
+                core.take_back([item for op in gone.values() for item in op.leases()])
+            except Exception:
+                log.exception("taking back the leases of the failed calls failed; they wait for their deadlines")
             finished = []
             if self._replies_next:  # a reply deferred by this batch is answered with its error: no leases for it
                 self._replies_next = [op for op in self._replies_next if id(op) not in gone]

@@ -85,6 +85,10 @@ class Op(Generic[T]):
         """The caller went away before the op started (a cancelled or timed-out RPC): skip it."""
         return not self.started and self.future is not None and self.future.cancelled()
 
+    def leases(self) -> list[Item]:
+        """The items this op leased for its caller (taken back when its call is answered with an error)."""
+        return []
+
 
 class Call(Op[T]):
     """A small bounded call (inspection, administration, Renew): one function of the core."""
@@ -151,6 +155,9 @@ class Lease(Op[Leased]):
         self.items = core.lease(self.worker_id, self.want)
         return Step.DONE if self.items or not self.waits else Step.WAIT
 
+    def leases(self) -> list[Item]:
+        return self.items
+
     def finish(self, core: Frontier) -> Leased:
         items = [it for it in self.items if it.domain not in self.fenced] if self.fenced else self.items
         return Leased(items, core.drained, core.next_event_in())
@@ -208,6 +215,9 @@ class Complete(Op[list[Settled]]):
         self.settled: list[tuple[Settled, str]] = []  # (answer, the lease's domain), in request order
         self._slice_from = 0  # the first completion of the slice the current commit holds
         self.leased_ahead = False  # lease_ahead ran (once at most)
+
+    def leases(self) -> list[Item]:
+        return self.leased
 
     def run(self, core: Frontier) -> Step:
         self.started = True

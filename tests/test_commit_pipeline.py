@@ -594,6 +594,41 @@ def test_a_reply_whose_completions_flush_fails_is_answered_with_the_error(srv: R
         node.close()
 
 
+def test_leases_of_a_call_answered_with_a_failed_flush_are_taken_back_at_once(srv: RedisServer) -> None:
+    """A Lease whose batch's flush fails (OOM) is answered with the error: no worker holds what it leased, so the node
+    schedules it again at once, not as a try. The next Lease gets the same page under a new generation with the
+    same attempt, and Redis ends with lease, release, lease. (Before: the host stayed held until the lease expired,
+    120 s by default.)"""
+    node = Node(srv.url)
+    admin = redis.Redis.from_url(srv.url)
+    try:
+        robots_settled(node, {"a.example": 1})
+        admin.config_set("maxmemory", 1)
+        op = Lease("w", 10, 0.0)
+        (first,) = node.submit(op)
+        with pytest.raises(redis.exceptions.OutOfMemoryError):
+            first.result(RPC_S)
+        (lost,) = op.items  # what the call answered with the error had leased
+        key, generation = lost.key, lost.generation
+        admin.config_set("maxmemory", 0)
+        for attempt in itertools.count():  # a flush begun before Redis took writes again fails too (see above)
+            (again,) = node.submit(Lease("w", 10, 0.0))
+            try:
+                items = again.result(RPC_S).items
+                break
+            except redis.exceptions.OutOfMemoryError:
+                assert attempt < 3, "flushes kept failing once Redis took writes again"
+        assert [(it.key, it.attempt) for it in items] == [(key, 1)], items
+        assert items[0].generation > generation
+        assert stored_state(admin, "a.example", key) == "leased"
+        events = [e.event for e in node.store.history(key)]
+        assert events[-3:] == ["lease", "release", "lease"], events
+    finally:
+        admin.config_set("maxmemory", 0)
+        admin.close()
+        node.close()
+
+
 def test_a_reply_is_leased_with_its_completions_when_a_lease_waits(srv: RedisServer) -> None:
     """With a Lease waiting, a reply is leased in its completions' batch, as on a store that does not pipeline. The
     waiting worker holds more leases than the replying one, so the reply goes first and takes the hosts its
@@ -747,9 +782,9 @@ def test_killed_connections_and_a_redis_restart_lose_nothing(tmp_path: Path) -> 
     fetched in Redis, and once the node stopped Redis holds the core's counts."""
     aof = ("--appendonly", "yes", "--appendfsync", "always")
     srv = RedisServer(tmp_path, *aof)
-    # Leases of 2 s: a call that fails leaves the hosts it leased held (its answer never reached the worker) until
-    # the lease expires; on a loaded machine enough calls failed early to hold all 200 hosts for the default 120 s,
-    # and nothing was completed under the chaos.
+    # Leases of 2 s: these workers do not send a failed CompleteBatch again (a fetch worker does), so its hosts stay
+    # held until the leases expire; on a loaded machine enough calls failed early to hold all 200 hosts for the
+    # default 120 s, and nothing was completed under the chaos. (A Lease answered with an error is taken back.)
     node, store, frontier = served(srv.url, dataclasses.replace(CONFIG, lease_s=2.0))
     fetched: set[str] = set()
     chaos_over = threading.Event()

@@ -130,6 +130,29 @@ class Handback:
             self._hand_back(item, reason)
         return len(chosen)
 
+    def take_back(self, items: Iterable[Item], reason: str = "unanswered") -> int:
+        """Leases whose call was answered with an error (its commit failed): no worker holds them, so each still
+        current is scheduled again at once, its try given back and not counted as a hand-back, its host not rested
+        (no request was made); how many. Else a store's blip held their hosts until the leases expired."""
+        taken = 0
+        front = self._front
+        self._set_now(self._clock.now())
+        for item in items:
+            if self._leases.leased(item.key) is not item:
+                continue  # settled or leased again since
+            self._leases.settle(item.key)
+            host = front.host(item.host, item.domain)
+            front.free_slot(host)
+            item.attempt = max(0, item.attempt - 1)
+            self._events["released"] += 1
+            self._move(item, Event.RELEASE, reason)
+            self._requeue(host, item)
+            front.wake_now(host)
+            if item.kind is Kind.ROBOTS and item.source and item.source != item.host:
+                front.wake_now(front.host(item.source, item.domain))
+            taken += 1
+        return taken
+
     def _hand_back(self, item: Item, reason: str) -> None:
         """One leased item back to scheduled now: its slot freed, its host resting one delay, not backed off.
 
