@@ -5,6 +5,8 @@
   is scheduled again at once, its host rests one delay (a request may have reached it) but is not backed off.
   An item's first MAX_FREE_HANDBACKS hand-backs in a run are not tries; later ones are, so that a worker handing
   back every lease it gets cannot keep one URL cycling leased -> scheduled forever.
+- A lease taken back (`take_back`): the node answered the call that made it with an error (its commit failed), so
+  no worker holds it; it is scheduled again at once, not as a try, its host not rested.
 - A policy refusal looked at again (`reconsider`): items that the network policy or the scope refused are not
   the URL's fault, so a run under a wider policy schedules them again; a scope refusal only if the scope of
   this run now admits the link.
