@@ -137,23 +137,32 @@ class Handback:
         current is scheduled again at once, its try given back and not counted as a hand-back, its host not rested
         (no request was made); how many. Else a store's blip held their hosts until the leases expired."""
         taken = 0
-        front = self._front
         self._set_now(self._clock.now())
         for item in items:
             if self._leases.leased(item.key) is not item:
                 continue  # settled or leased again since
-            self._leases.settle(item.key)
-            host = front.host(item.host, item.domain)
-            front.free_slot(host)
+            host = self._let_go(item)
             item.attempt = max(0, item.attempt - 1)
-            self._events["released"] += 1
             self._move(item, Event.RELEASE, reason)
             self._requeue(host, item)
-            front.wake_now(host)
-            if item.kind is Kind.ROBOTS and item.source and item.source != item.host:
-                front.wake_now(front.host(item.source, item.domain))
+            self._wake(item, host)
             taken += 1
         return taken
+
+    def _let_go(self, item: Item) -> Host:
+        """Settle `item`'s lease and free its slot on its host (a release, counted); the host."""
+        self._leases.settle(item.key)
+        host = self._front.host(item.host, item.domain)
+        self._front.free_slot(host)
+        self._events["released"] += 1
+        return host
+
+    def _wake(self, item: Item, host: Host) -> None:
+        """Wake the host a released item freed (and, for a robots.txt fetched for another host, that one too)."""
+        front = self._front
+        front.wake_now(host)
+        if item.kind is Kind.ROBOTS and item.source and item.source != item.host:
+            front.wake_now(front.host(item.source, item.domain))
 
     def _hand_back(self, item: Item, reason: str) -> None:
         """One leased item back to scheduled now: its slot freed, its host resting one delay, not backed off.
@@ -179,12 +188,8 @@ class Handback:
         try:
             if tracked:
                 counts[item.key] = (times, item.domain)  # forgotten when the item ends (Frontier._move)
-            self._leases.settle(item.key)
-            front = self._front
-            host = front.host(item.host, item.domain)
-            front.free_slot(host)
+            host = self._let_go(item)
             host.next_eligible = max(host.next_eligible, now + host.delay(self._config.politeness))
-            self._events["released"] += 1
             if free:
                 item.attempt = max(0, item.attempt - 1)
             else:
@@ -194,9 +199,7 @@ class Handback:
             else:
                 self._move(item, Event.RELEASE, reason)
                 self._requeue(host, item)
-            front.wake_now(host)
-            if item.kind is Kind.ROBOTS and item.source and item.source != item.host:
-                front.wake_now(front.host(item.source, item.domain))
+            self._wake(item, host)
         finally:
             if abandons:
                 self._forget_backlogs()
