@@ -577,21 +577,25 @@ def test_a_reply_whose_completions_flush_fails_is_answered_with_the_error(srv: R
         with pytest.raises(redis.exceptions.OutOfMemoryError):
             settled.result(RPC_S)
         admin.config_set("maxmemory", 0)
-        # On a loaded machine the node may begin another flush (its writes put back) before Redis takes writes
-        # again: it fails too, a batch behind it is answered with that error, and its writes go with the next one.
-        for attempt in itertools.count():
-            (later,) = node.submit(Discover(links("b.example", 1, f"x{attempt}")))
-            try:
-                later.result(RPC_S)
-                break
-            except redis.exceptions.OutOfMemoryError:
-                assert attempt < 3, "flushes kept failing once Redis took writes again"
+        once_redis_writes(node, lambda attempt: Discover(links("b.example", 1, f"x{attempt}")))
         assert stored_state(admin, "a.example", p0.key) == "fetched"
     finally:
         admin.config_set("maxmemory", 0)
         admin.client_unpause()
         admin.close()
         node.close()
+
+
+def once_redis_writes(node: Node, op: Callable[[int], Any]) -> Any:
+    """The result of `op(attempt)`, sent again (at most 4 times) while it is answered OutOfMemoryError. Once Redis
+    takes writes again, a flush the node began before that (its writes put back, on a loaded machine) may still fail,
+    and the batch behind it is answered with that error; its writes go with the next one."""
+    for attempt in itertools.count():
+        (answer,) = node.submit(op(attempt))
+        try:
+            return answer.result(RPC_S)
+        except redis.exceptions.OutOfMemoryError:
+            assert attempt < 3, "flushes kept failing once Redis took writes again"
 
 
 def test_leases_of_a_call_answered_with_a_failed_flush_are_taken_back_at_once(srv: RedisServer) -> None:
@@ -611,13 +615,7 @@ def test_leases_of_a_call_answered_with_a_failed_flush_are_taken_back_at_once(sr
         (lost,) = op.items  # what the call answered with the error had leased
         key, generation = lost.key, lost.generation
         admin.config_set("maxmemory", 0)
-        for attempt in itertools.count():  # a flush begun before Redis took writes again fails too (see above)
-            (again,) = node.submit(Lease("w", 10, 0.0))
-            try:
-                items = again.result(RPC_S).items
-                break
-            except redis.exceptions.OutOfMemoryError:
-                assert attempt < 3, "flushes kept failing once Redis took writes again"
+        items = once_redis_writes(node, lambda _: Lease("w", 10, 0.0)).items
         assert [(it.key, it.attempt) for it in items] == [(key, 1)], items
         assert items[0].generation > generation
         assert stored_state(admin, "a.example", key) == "leased"
